@@ -1,0 +1,38 @@
+# The two commands of the README: `make demo` and `make test`. Both bootstrap .venv.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+export DAGSTER_HOME ?= $(CURDIR)/var/dagster_home
+
+.PHONY: demo test ui lint install check-java clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required (found " + sys.version.split()[0] + ")")'
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@rm -f $(VENV)/.installed-*
+	@touch $@
+
+check-java:
+	@./deploy/check-java.sh
+
+demo: install check-java
+	$(BIN)/backfill-assets demo
+
+test: install check-java
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+ui: install check-java
+	$(BIN)/backfill-assets instance
+	$(BIN)/dagster dev -w workspace.yaml
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+clean:
+	rm -rf var

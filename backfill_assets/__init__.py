@@ -1,0 +1,3 @@
+"""backfill_assets: rebuild damaged hours of web-analytics tables from backups, safely."""
+
+__version__ = "0.1.0"

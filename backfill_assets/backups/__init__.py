@@ -1,0 +1,1 @@
+"""Reading the backup tree: the contract (``contract``), the listing (``inventory``), Spark (``reader``)."""

@@ -1,0 +1,140 @@
+"""What the backup tree holds for a set of hours: folders, manifests, files, problems.
+
+The inventory is taken on the driver (listing + small manifest reads, no Spark) and is the
+single source for three things: which files Spark reads, what the reconciliation check
+expects (manifest ``records``), and which hours cannot be trusted (missing, open, or
+inconsistent folders), each problem named with its folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+
+from backfill_assets.backups.contract import MANIFEST_NAME, PART_FILE_SUFFIX
+from backfill_assets.partitions import backup_hour_path, parse_hour
+from backfill_assets.resources.backup_store import BackupStore
+
+_CLIENT_DIR = re.compile(r"^client_id=(\d{1,18})$")
+_PART_FILE = re.compile(r"^part-\d{5}" + re.escape(PART_FILE_SUFFIX) + "$")
+
+
+@dataclass(frozen=True)
+class PartFile:
+    rel_path: str
+    name: str
+    records: int
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True)
+class Folder:
+    """One (hour, client) folder of the tree."""
+
+    hour: str
+    client_id: int
+    rel_path: str
+    closed: bool
+    records: int | None  # manifest records, None when the folder has no usable manifest
+    files: tuple[PartFile, ...]  # the manifest's files that are present (what Spark reads)
+    manifest_sha256: str | None
+    problems: tuple[str, ...]
+
+
+@dataclass
+class HourInventory:
+    hour: str
+    exists: bool
+    folders: list[Folder] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def all_problems(self) -> list[str]:
+        return self.problems + [p for f in self.folders for p in f.problems]
+
+    @property
+    def expected_records(self) -> int:
+        return sum(f.records or 0 for f in self.folders)
+
+    def fingerprint(self) -> str:
+        """Digest of the hour's manifests: changes when a manifest appears or changes."""
+        parts = sorted(f"{f.client_id}:{f.manifest_sha256}" for f in self.folders)
+        return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+
+
+def _read_manifest(store: BackupStore, folder_rel: str) -> tuple[dict | None, bytes | None, str | None]:
+    try:
+        raw = store.read_bytes(f"{folder_rel}/{MANIFEST_NAME}")
+    except FileNotFoundError:
+        return None, None, None
+    try:
+        manifest = json.loads(raw)
+        if not isinstance(manifest, dict):
+            raise ValueError("not a JSON object")
+        return manifest, raw, None
+    except ValueError as exc:
+        return None, raw, f"{folder_rel}/{MANIFEST_NAME}: unreadable manifest ({exc})"
+
+
+def _folder(store: BackupStore, hour: str, client_id: int, rel: str) -> Folder:
+    names = store.list_dir(rel)
+    present = {n for n in names if _PART_FILE.match(n)}
+    problems = [f"{rel}/{n}: unexpected file in backup folder" for n in names
+                if n not in present and n != MANIFEST_NAME]
+    manifest, raw, error = _read_manifest(store, rel) if MANIFEST_NAME in names else (None, None, None)
+    if error:
+        problems.append(error)
+    if manifest is None:
+        if not error:
+            problems.append(
+                f"{rel}: no {MANIFEST_NAME} (folder still being written, or the backup tool crashed)"
+            )
+        return Folder(hour, client_id, rel, False, None, (), None, tuple(problems))
+
+    files: list[PartFile] = []
+    listed: set[str] = set()
+    try:
+        if manifest.get("client_id") != client_id:
+            problems.append(f"{rel}: manifest client_id {manifest.get('client_id')!r} != folder")
+        expected_hour = f"{parse_hour(hour):%Y-%m-%dT%H}:00:00Z"
+        if manifest.get("hour") != expected_hour:
+            problems.append(f"{rel}: manifest hour {manifest.get('hour')!r} != {expected_hour}")
+        for entry in manifest["files"]:
+            name, records, sha = entry["name"], int(entry["records"]), str(entry["sha256"])
+            listed.add(name)
+            if name not in present:
+                problems.append(f"{rel}/{name}: listed in the manifest but missing")
+                continue
+            files.append(PartFile(f"{rel}/{name}", name, records, sha, int(entry.get("bytes", -1))))
+        records = int(manifest["records"])
+        listed_records = sum(int(e["records"]) for e in manifest["files"])
+        if records != listed_records:
+            problems.append(f"{rel}: manifest records {records} != sum of its files {listed_records}")
+    except (KeyError, TypeError, ValueError) as exc:
+        problems.append(f"{rel}/{MANIFEST_NAME}: malformed manifest ({exc!r})")
+        return Folder(hour, client_id, rel, True, None, (), None, tuple(problems))
+    problems.extend(f"{rel}/{n}: part file not listed in the manifest" for n in sorted(present - listed))
+    sha = hashlib.sha256(raw or b"").hexdigest()
+    return Folder(hour, client_id, rel, True, records, tuple(files), sha, tuple(problems))
+
+
+def take_inventory(store: BackupStore, hours: list[str]) -> dict[str, HourInventory]:
+    """Inventory of ``hours`` (validated keys) in the tree of ``store``."""
+    result: dict[str, HourInventory] = {}
+    for hour in hours:
+        hour_rel = f"raw/{backup_hour_path(hour)}"
+        entries = store.list_dir(hour_rel)
+        inventory = HourInventory(hour=hour, exists=bool(entries))
+        if not entries:
+            inventory.problems.append(f"{hour_rel}: no backup folder for hour {hour} (backup outage?)")
+        for entry in entries:
+            match = _CLIENT_DIR.match(entry)
+            if not match:
+                inventory.problems.append(f"{hour_rel}/{entry}: unexpected entry (not client_id=<int>)")
+                continue
+            inventory.folders.append(_folder(store, hour, int(match.group(1)), f"{hour_rel}/{entry}"))
+        result[hour] = inventory
+    return result

@@ -1,0 +1,1 @@
+"""Blocking asset checks: pandera row rules (``rules``, ``schemas``) and per-layer checks."""

@@ -1,0 +1,71 @@
+"""Shared mechanics of the blocking checks: what a run wrote, recording, severity."""
+
+from __future__ import annotations
+
+import dagster as dg
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from backfill_assets.publishing import audit
+from backfill_assets.publishing.tables import run_id
+
+
+def written_hours(spark: SparkSession, table: str, version: str) -> list[str]:
+    """Hours of ``table`` that run ``version`` wrote (from ``audit.shadow_partitions``)."""
+    rows = (
+        audit.read(spark, audit.SHADOW_PARTITIONS)
+        .where((F.col("table_name") == table) & (F.col("version") == run_id(version)))
+        .select("hour").distinct().collect()
+    )
+    return sorted(r[0] for r in rows)
+
+
+def shadow_version(spark: SparkSession, table: str, version: str) -> DataFrame:
+    return spark.table(table).where(F.col("version") == run_id(version)).drop("version")
+
+
+def record(
+    spark: SparkSession, warehouse_dir: str, table: str, version: str, check_name: str,
+    hours: list[str], failing: dict[str, str],
+) -> None:
+    """Append one outcome per hour to ``audit.check_results`` (the publisher's gate)."""
+    now = audit.now()
+    audit.append(spark, warehouse_dir, audit.CHECK_RESULTS, [
+        {"table_name": table, "hour": h, "version": version, "check_name": check_name,
+         "passed": h not in failing, "detail": failing.get(h, "ok")[:2000], "run_id": version,
+         "checked_at": now}
+        for h in hours
+    ])
+
+
+def result(
+    check_name: str, asset_key: dg.AssetKey, hours: list[str], failing: dict[str, str],
+    metadata: dict,
+) -> dg.AssetCheckResult:
+    """One check result for the whole range.
+
+    Severity is ERROR when no hour passes (Dagster then blocks the publish step), WARN
+    when only some hours fail: the publish step then publishes exactly the passing hours,
+    holds back the failing ones and fails naming them.
+    """
+    passed = not failing
+    severity = (
+        dg.AssetCheckSeverity.ERROR if failing and len(failing) == len(hours)
+        else dg.AssetCheckSeverity.WARN
+    )
+    names = sorted(failing)
+    description = (
+        f"{len(hours)} hour(s) pass" if passed
+        else f"{len(names)} of {len(hours)} hour(s) fail: {', '.join(names[:24])}"
+        + (" ..." if len(names) > 24 else "")
+    )
+    return dg.AssetCheckResult(
+        check_name=check_name, asset_key=asset_key, passed=passed,
+        severity=severity, description=description,
+        metadata={
+            "hours_checked": len(hours),
+            "hours_failing": len(names),
+            "failing_hours": dg.MetadataValue.json({h: failing[h] for h in names}),
+            **metadata,
+        },
+    )

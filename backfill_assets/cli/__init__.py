@@ -1,0 +1,1 @@
+"""The ``backfill-assets`` console script: one module per subcommand, each with ``register``."""

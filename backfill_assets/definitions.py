@@ -1,0 +1,26 @@
+"""The code location's single entry point (``workspace.yaml``, ``[tool.dagster]``)."""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from backfill_assets.checks.raw import raw_checks
+from backfill_assets.layers.raw import raw_published, raw_shadow
+from backfill_assets.resources import build_resources
+from backfill_assets.settings import Settings
+
+
+def build_definitions(settings: Settings) -> dg.Definitions:
+    """Everything of the code location for ``settings`` (tests pass their own)."""
+    return dg.Definitions(
+        assets=[raw_shadow, raw_published],
+        asset_checks=[raw_checks],
+        resources=build_resources(settings),
+        # One Spark session per run: every step of a run executes in the run's process.
+        executor=dg.in_process_executor,
+    )
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    return build_definitions(Settings.from_env())

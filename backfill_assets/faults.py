@@ -1,0 +1,23 @@
+"""Named crash points for fault-injection tests (no effect unless the environment asks).
+
+With ``BACKFILL_ASSETS_PAUSE_AT=<name>`` and ``BACKFILL_ASSETS_PAUSE_FIFO=<fifo>``, the
+process that reaches checkpoint ``<name>`` writes the name into the FIFO (which blocks until
+the test reads it) and then waits until it is killed. Tests use this to SIGKILL a real run
+at an exact point without sleeping.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+SHADOW_WRITE = "shadow.write"  # inside the Spark job that writes a shadow table
+PUBLISH_SWAP = "publish.swap"  # after the first partition's pointer swap, before the rest
+
+
+def checkpoint(name: str) -> None:
+    if os.environ.get("BACKFILL_ASSETS_PAUSE_AT") != name:
+        return
+    with open(os.environ["BACKFILL_ASSETS_PAUSE_FIFO"], "w") as fifo:
+        fifo.write(name)
+    threading.Event().wait()  # until SIGKILL

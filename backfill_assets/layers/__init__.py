@@ -1,0 +1,1 @@
+"""The hourly layers: raw (``raw``), transformed (``transformed``), aggregated (``aggregated``)."""

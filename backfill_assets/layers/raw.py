@@ -1,0 +1,128 @@
+"""Raw layer: backup lines read into shadow tables, then published after the checks pass."""
+
+
+import time
+
+import dagster as dg
+from pyspark import StorageLevel
+from pyspark.sql import functions as F
+
+from backfill_assets.backups.inventory import take_inventory
+from backfill_assets.backups.reader import KIND_PAYLOAD, KIND_QUARANTINE, read_folders
+from backfill_assets.layers.common import SINGLE_RUN, digest_of, json_metadata, publish_asset, run_lineage, with_lineage
+from backfill_assets.partitions import hourly_partitions
+from backfill_assets.publishing.publisher import Layer
+from backfill_assets.resources.backup_store import BackupStore
+from backfill_assets.resources.warehouse import Warehouse
+
+CODE_VERSION = "raw-1"
+GROUP = "raw"
+SHADOW_PAYLOADS = dg.AssetKey(["shadow", "raw_payloads"])
+SHADOW_QUARANTINE = dg.AssetKey(["shadow", "raw_quarantine"])
+PAYLOADS = dg.AssetKey(["raw", "payloads"])
+QUARANTINE = dg.AssetKey(["raw", "quarantine"])
+
+# Check names (constants: the publisher gates on them, tests and the UI refer to them).
+ROW_RULES = "raw_row_rules"
+MANIFEST_RECONCILIATION = "raw_manifest_reconciliation"
+
+PAYLOAD_COLUMNS = [
+    "payload_id", "client_id", "user_id", "event_time", "received_at", "event_type",
+    "page_url", "device", "referrer", "schema_version",
+]
+QUARANTINE_COLUMNS = ["client_id", "file", "line_number", "reason", "raw_text"]
+
+LAYER = Layer(
+    name="raw",
+    checked_table="shadow.raw_payloads",
+    pairs=(("shadow.raw_payloads", "raw.payloads"), ("shadow.raw_quarantine", "raw.quarantine")),
+    checks=(ROW_RULES, MANIFEST_RECONCILIATION),
+    code_version=CODE_VERSION,
+)
+
+
+@dg.multi_asset(
+    name="raw_shadow",
+    outs={
+        "raw_payloads": dg.AssetOut(
+            key=SHADOW_PAYLOADS, io_manager_key="shadow_io_manager", group_name=GROUP,
+            code_version=CODE_VERSION, kinds={"spark", "parquet"},
+            description="Typed copy of every valid backup line of the hour (duplicates kept), "
+                        "one immutable shadow version per run.",
+        ),
+        "raw_quarantine": dg.AssetOut(
+            key=SHADOW_QUARANTINE, io_manager_key="shadow_io_manager", group_name=GROUP,
+            code_version=CODE_VERSION, kinds={"spark", "parquet"},
+            description="Backup lines and files that break the contract: file, line, reason, "
+                        "raw text; one shadow version per run.",
+        ),
+    },
+    partitions_def=hourly_partitions,
+    backfill_policy=SINGLE_RUN,
+    can_subset=False,
+)
+def raw_shadow(
+    context: dg.AssetExecutionContext, warehouse: Warehouse, backups: BackupStore
+):
+    """Read the closed backup folders of the hours into the raw shadow tables."""
+    started = time.monotonic()
+    hours = list(context.partition_keys)
+    inventory = take_inventory(backups, hours)
+    folders = [f for h in inventory.values() for f in h.folders if f.closed]
+    files = [f for folder in folders for f in folder.files]
+    problems = [p for h in inventory.values() for p in h.all_problems]
+    context.log.info(
+        f"backups {hours[0]}..{hours[-1]}: {len(folders)} closed folder(s), {len(files)} file(s), "
+        f"{sum(h.expected_records for h in inventory.values())} manifest records"
+    )
+    for problem in problems:
+        context.log.warning(problem)
+
+    spark = warehouse.spark
+    parsed = with_lineage(read_folders(spark, backups, folders), context, CODE_VERSION).persist(
+        StorageLevel.MEMORY_AND_DISK
+    )
+    lineage = {
+        **run_lineage(context, CODE_VERSION),
+        "input_files": len(files),
+        "input_bytes": sum(max(f.size, 0) for f in files),
+        "input_digest": digest_of([f"{f.rel_path}:{f.sha256}" for f in files]),
+        "input_files_list": json_metadata(
+            [{"file": f.rel_path, "sha256": f.sha256, "records": f.records} for f in files][:500]
+        ),
+        "manifest_records_per_hour": json_metadata(
+            {h: inv.expected_records for h, inv in inventory.items()}
+        ),
+        "backup_problems": json_metadata(problems[:200]),
+    }
+    try:
+        yield dg.MaterializeResult(
+            asset_key=SHADOW_PAYLOADS,
+            value=parsed.where(F.col("kind") == KIND_PAYLOAD).select(
+                *PAYLOAD_COLUMNS, "run_id", "code_version", "hour"
+            ),
+            metadata=lineage,
+        )
+        yield dg.MaterializeResult(
+            asset_key=SHADOW_QUARANTINE,
+            value=parsed.where(F.col("kind") == KIND_QUARANTINE).select(
+                *QUARANTINE_COLUMNS, "run_id", "code_version", "hour"
+            ),
+            metadata={**lineage, "seconds": round(time.monotonic() - started, 2)},
+        )
+    finally:
+        parsed.unpersist()
+
+
+raw_published = publish_asset(
+    LAYER,
+    name="raw_publish",
+    group=GROUP,
+    descriptions={
+        "raw.payloads": "Published raw payloads: a faithful typed copy of the valid backup "
+                        "lines of each received hour.",
+        "raw.quarantine": "Published quarantine: the malformed lines and unreadable files of "
+                          "each received hour, with the reason.",
+    },
+    deps=[SHADOW_PAYLOADS, SHADOW_QUARANTINE],
+)

@@ -1,0 +1,1 @@
+"""Write-audit-publish: table DDL (``tables``), the ledger (``ledger``), the swap (``publisher``)."""

@@ -1,0 +1,109 @@
+"""Table names, validated SQL fragments and metastore helpers.
+
+Every value that reaches SQL or a path goes through ``identifier``, ``literal`` (validated
+hour keys, run ids, locations) so a partition key or a path cannot inject SQL.
+"""
+
+from __future__ import annotations
+
+import re
+
+import dagster as dg
+from pyspark.sql import SparkSession
+from pyspark.sql.types import StructType
+
+from backfill_assets.partitions import parse_hour
+
+_IDENTIFIER = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+_RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_SAFE_LOCATION = re.compile(r"^[A-Za-z0-9_\-./:=+@%~]+$")
+
+AUDIT_DB = "audit"
+
+
+class UnsafeValueError(ValueError):
+    """A value that would reach SQL or a path and does not match its strict pattern."""
+
+
+def identifier(name: str) -> str:
+    if not _IDENTIFIER.match(name):
+        raise UnsafeValueError(f"invalid SQL identifier {name!r}")
+    return name
+
+
+def table_name(key: dg.AssetKey) -> str:
+    """``AssetKey(["raw", "payloads"])`` -> ``raw.payloads`` (database, table)."""
+    if len(key.path) != 2:
+        raise UnsafeValueError(f"asset key {key.to_user_string()} is not <database>/<table>")
+    return ".".join(identifier(part) for part in key.path)
+
+
+def split_table(table: str) -> tuple[str, str]:
+    database, _, name = table.partition(".")
+    return identifier(database), identifier(name)
+
+
+def run_id(value: str) -> str:
+    if not _RUN_ID.match(value):
+        raise UnsafeValueError(f"invalid run id {value!r}")
+    return value
+
+
+def location(value: str) -> str:
+    if not _SAFE_LOCATION.match(value) or ".." in value.split("/"):
+        raise UnsafeValueError(f"unsafe location {value!r}")
+    return value
+
+
+def hour_literal(hour: str) -> str:
+    parse_hour(hour)
+    return f"'{hour}'"
+
+
+def partition_spec(hour: str, version: str | None = None) -> str:
+    spec = f"hour={hour_literal(hour)}"
+    if version is not None:
+        spec += f", version='{run_id(version)}'"
+    return spec
+
+
+def ensure_table(
+    spark: SparkSession, table: str, schema: StructType, partition_columns: list[str], root: str
+) -> None:
+    """Create an external Parquet table (no-op if it exists); partition columns last."""
+    database, _ = split_table(table)
+    spark.sql(f"CREATE DATABASE IF NOT EXISTS {database}")
+    data = [f for f in schema.fields if f.name not in partition_columns]
+    columns = ", ".join(f"`{identifier(f.name)}` {f.dataType.simpleString()}" for f in data)
+    parts = ", ".join(f"`{identifier(c)}` string" for c in partition_columns)
+    partitioned = f" PARTITIONED BY ({', '.join(partition_columns)})" if partition_columns else ""
+    ddl_columns = f"{columns}, {parts}" if parts else columns
+    spark.sql(
+        f"CREATE TABLE IF NOT EXISTS {table} ({ddl_columns}) USING parquet{partitioned} "
+        f"LOCATION '{location(root)}'"
+    )
+
+
+def table_exists(spark: SparkSession, table: str) -> bool:
+    database, name = split_table(table)
+    return spark.catalog.tableExists(name, database)
+
+
+def partition_location(spark: SparkSession, table: str, hour: str) -> str | None:
+    """The metastore location of ``table``'s partition ``hour``, or None if absent."""
+    if not table_exists(spark, table):
+        return None
+    rows = spark.sql(f"SHOW PARTITIONS {table} PARTITION ({partition_spec(hour)})").collect()
+    if not rows:
+        return None
+    info = spark.sql(f"DESCRIBE FORMATTED {table} PARTITION ({partition_spec(hour)})").collect()
+    for row in info:
+        if row[0] == "Location":
+            return row[1]
+    return None
+
+
+def published_hours(spark: SparkSession, table: str) -> list[str]:
+    if not table_exists(spark, table):
+        return []
+    return sorted(r[0].split("=", 1)[1] for r in spark.sql(f"SHOW PARTITIONS {table}").collect())

@@ -1,0 +1,39 @@
+"""Resources per environment, chosen in one place: ``build_resources(settings)``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from backfill_assets.resources.backup_store import LocalBackupStore, S3BackupStore
+from backfill_assets.resources.io_managers import ShadowTableIOManager
+from backfill_assets.resources.spark import SparkResource, spark_config
+from backfill_assets.resources.warehouse import Warehouse
+from backfill_assets.settings import Settings
+
+PYSPARK = "pyspark"
+SHADOW_IO_MANAGER = "shadow_io_manager"
+BACKUPS = "backups"
+WAREHOUSE = "warehouse"
+
+
+def build_resources(settings: Settings) -> dict[str, Any]:
+    """The resources of the code location for ``settings.environment``.
+
+    local: Spark local mode + embedded metastore, backups on the local file system.
+    production: the production Spark profile (cluster, shared metastore), backups on S3.
+    """
+    pyspark = SparkResource(spark_config=spark_config(settings))
+    if settings.environment == "production":
+        from dagster_aws.s3 import S3Resource
+
+        backups: Any = S3BackupStore(root=settings.backup_root, s3=S3Resource())
+    else:
+        backups = LocalBackupStore(root=settings.backup_root)
+    return {
+        PYSPARK: pyspark,
+        SHADOW_IO_MANAGER: ShadowTableIOManager(
+            pyspark=pyspark, warehouse_dir=settings.warehouse_dir
+        ),
+        BACKUPS: backups,
+        WAREHOUSE: Warehouse(pyspark=pyspark, warehouse_dir=settings.warehouse_dir),
+    }

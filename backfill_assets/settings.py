@@ -1,0 +1,72 @@
+"""Where things live: every path the project reads or writes, from the environment.
+
+| variable          | default (inside the checkout, git-ignored) | what |
+|-------------------|--------------------------------------------|------|
+| ``BACKUP_ROOT``   | ``var/backups``                            | backup tree to read (local path or ``s3://``) |
+| ``DATA_ROOT``     | ``var/data``                               | warehouse, metastore, ledger |
+| ``DAGSTER_HOME``  | ``var/dagster_home``                       | the Dagster instance |
+| ``SPARK_CONF_DIR``| ``spark``                                  | ``spark-defaults.conf``, profiles, log4j2 |
+| ``BACKFILL_ENV``  | ``local``                                  | ``local`` or ``production`` (resources, Spark profile) |
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+ENVIRONMENTS = ("local", "production")
+_URI = re.compile(r"^[a-z][a-z0-9+.-]*://")
+
+
+def is_uri(location: str) -> bool:
+    """True for ``s3://bucket/...``-style locations, False for local paths."""
+    return bool(_URI.match(location))
+
+
+def _location(value: str) -> str:
+    """Normalise a configured location: URIs stay as they are, paths become absolute."""
+    if is_uri(value):
+        return value.rstrip("/")
+    return str(Path(value).expanduser().resolve())
+
+
+@dataclass(frozen=True)
+class Settings:
+    backup_root: str
+    data_root: str
+    dagster_home: str
+    spark_conf_dir: str
+    environment: str = "local"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        var = PROJECT_ROOT / "var"
+        environment = env.get("BACKFILL_ENV", "local")
+        if environment not in ENVIRONMENTS:
+            raise ValueError(
+                f"BACKFILL_ENV={environment!r} is not one of {', '.join(ENVIRONMENTS)}"
+            )
+        return cls(
+            backup_root=_location(env.get("BACKUP_ROOT") or str(var / "backups")),
+            data_root=_location(env.get("DATA_ROOT") or str(var / "data")),
+            dagster_home=_location(env.get("DAGSTER_HOME") or str(var / "dagster_home")),
+            spark_conf_dir=_location(env.get("SPARK_CONF_DIR") or str(PROJECT_ROOT / "spark")),
+            environment=environment,
+        )
+
+    @property
+    def warehouse_dir(self) -> str:
+        return f"{self.data_root}/warehouse"
+
+    @property
+    def metastore_dir(self) -> str:
+        return f"{self.data_root}/metastore_db"
+
+    @property
+    def reports_dir(self) -> str:
+        return f"{self.data_root}/reports"
