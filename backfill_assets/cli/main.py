@@ -11,7 +11,7 @@ import importlib
 import logging
 import sys
 
-SUBCOMMAND_MODULES = ("generate",)
+SUBCOMMAND_MODULES = ("generate", "backfill", "sql", "rollback")
 
 
 class CommandError(Exception):

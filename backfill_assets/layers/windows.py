@@ -1,0 +1,25 @@
+"""Session windows: which received hours a session hour reads, and the reverse.
+
+Sessions of hour H are rebuilt from the payloads received in ``[H - lookback, H + lookahead]``
+(the half-cut session problem), so damaged received hours ``[T1, T2]`` touch the session
+hours ``[T1 - lookahead, T2 + lookback]``.
+"""
+
+from __future__ import annotations
+
+from backfill_assets.partitions import shift_hour
+
+DEFAULT_LOOKBACK_HOURS = 3
+DEFAULT_LOOKAHEAD_HOURS = 3
+
+
+def received_window(hour: str, lookback: int = DEFAULT_LOOKBACK_HOURS,
+                    lookahead: int = DEFAULT_LOOKAHEAD_HOURS) -> tuple[str, str]:
+    """Received hours that sessions starting in ``hour`` are built from (inclusive)."""
+    return shift_hour(hour, -lookback), shift_hour(hour, lookahead)
+
+
+def session_hours_touching(first: str, last: str, lookback: int = DEFAULT_LOOKBACK_HOURS,
+                           lookahead: int = DEFAULT_LOOKAHEAD_HOURS) -> tuple[str, str]:
+    """Session hours whose window touches received hours ``first..last`` (inclusive)."""
+    return shift_hour(first, -lookahead), shift_hour(last, lookback)
