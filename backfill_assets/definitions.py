@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import dagster as dg
 
+from backfill_assets.checks.aggregated import aggregated_checks
 from backfill_assets.checks.raw import raw_checks
+from backfill_assets.checks.transformed import transformed_checks
+from backfill_assets.layers.aggregated import aggregated_published, aggregated_shadow
 from backfill_assets.layers.raw import raw_published, raw_shadow
+from backfill_assets.layers.transformed import transformed_published, transformed_shadow
 from backfill_assets.resources import build_resources
 from backfill_assets.settings import Settings
 
@@ -13,8 +17,12 @@ from backfill_assets.settings import Settings
 def build_definitions(settings: Settings) -> dg.Definitions:
     """Everything of the code location for ``settings`` (tests pass their own)."""
     return dg.Definitions(
-        assets=[raw_shadow, raw_published],
-        asset_checks=[raw_checks],
+        assets=[
+            raw_shadow, raw_published,
+            transformed_shadow, transformed_published,
+            aggregated_shadow, aggregated_published,
+        ],
+        asset_checks=[raw_checks, transformed_checks, aggregated_checks],
         resources=build_resources(settings),
         # One Spark session per run: every step of a run executes in the run's process.
         executor=dg.in_process_executor,

@@ -16,11 +16,18 @@ from dataclasses import dataclass, field
 import dagster as dg
 
 from backfill_assets import tags
+from backfill_assets.layers.windows import (
+    DEFAULT_LOOKAHEAD_HOURS,
+    DEFAULT_LOOKBACK_HOURS,
+    session_hours_touching,
+)
 from backfill_assets.partitions import hour_range, parse_hour
 
 log = logging.getLogger(__name__)
 
-LAYERS = ("raw",)
+LAYERS = ("raw", "transformed", "aggregated")
+# Layers whose partitions are received hours (the damaged hours of a backfill).
+RECEIVED_HOUR_LAYERS = ("raw", "transformed")
 SHADOW_PREFIX = "shadow"
 
 
@@ -62,9 +69,25 @@ def validate_layers(layers: Sequence[str], known: Sequence[str] = LAYERS) -> lis
     return [layer for layer in known if layer in layers]
 
 
-def plan_ranges(layers: Sequence[str], first: str, last: str) -> list[tuple[str, str, str]]:
-    """Partition range of each layer for damaged received hours ``first..last``."""
-    return [(layer, first, last) for layer in layers]
+def plan_ranges(
+    layers: Sequence[str], first: str, last: str, *,
+    lookback: int = DEFAULT_LOOKBACK_HOURS, lookahead: int = DEFAULT_LOOKAHEAD_HOURS,
+) -> list[tuple[str, str, str]]:
+    """Partition range of each layer for ``first..last``.
+
+    With a received-hour layer (raw, transformed) selected, ``first..last`` are the damaged
+    received hours: those layers rebuild them, and ``aggregated`` rebuilds every session
+    hour whose window touches them. With only ``aggregated`` selected, ``first..last`` are
+    its own session-start hours.
+    """
+    upstream = any(layer in RECEIVED_HOUR_LAYERS for layer in layers)
+    ranges = []
+    for layer in layers:
+        if layer == "aggregated" and upstream:
+            ranges.append((layer, *session_hours_touching(first, last, lookback, lookahead)))
+        else:
+            ranges.append((layer, first, last))
+    return ranges
 
 
 def run_tags(

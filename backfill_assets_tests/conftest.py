@@ -39,18 +39,23 @@ def spark(base_settings: Settings):
 
 
 @pytest.fixture
-def warehouse(spark) -> None:
-    """An empty catalog for this test (data files of earlier tests stay, unreferenced)."""
+def warehouse(spark, base_settings: Settings) -> None:
+    """An empty catalog and warehouse for this test (tables are external: drop + delete)."""
+    import shutil
+
     for row in spark.sql("SHOW DATABASES").collect():
         if row[0] != "default":
             spark.sql(f"DROP DATABASE IF EXISTS {row[0]} CASCADE")
     spark.catalog.clearCache()
+    shutil.rmtree(base_settings.warehouse_dir, ignore_errors=True)
 
 
 @pytest.fixture
 def instance(tmp_path: Path) -> dg.DagsterInstance:
     """A real SQLite-backed Dagster instance in a temporary DAGSTER_HOME."""
-    with dg.DagsterInstance.local_temp(str(tmp_path / "dagster_home")) as inst:
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    with dg.DagsterInstance.local_temp(str(home), overrides={"telemetry": {"enabled": False}}) as inst:
         yield inst
 
 
@@ -86,3 +91,75 @@ def run_layers(
         return launch(defs, instance, ranges, **kwargs)
 
     return run
+
+
+def write_backup_folder(
+    root: Path, hour: str, client_id: int, files: dict[str, bytes], *,
+    manifest: dict | None = None, records: dict[str, int] | None = None, closed: bool = True,
+) -> Path:
+    """Write one (hour, client) folder by hand: ``files`` are compressed part-file bytes.
+
+    The manifest is derived from the files unless ``manifest`` overrides fields of it;
+    ``records`` overrides the per-file line counts; ``closed=False`` writes no manifest.
+    """
+    import hashlib
+    import json
+
+    import zstandard
+
+    from backfill_assets.partitions import backup_hour_path, parse_hour
+
+    folder = root / "raw" / backup_hour_path(hour) / f"client_id={client_id}"
+    folder.mkdir(parents=True, exist_ok=True)
+    entries = []
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
+        try:
+            count = zstandard.ZstdDecompressor().decompressobj().decompress(data).count(b"\n")
+        except zstandard.ZstdError:
+            count = 0
+        entries.append({"name": name, "records": (records or {}).get(name, count),
+                        "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+    if closed:
+        body = {"client_id": client_id, "hour": f"{parse_hour(hour):%Y-%m-%dT%H}:00:00Z",
+                "records": sum(e["records"] for e in entries), "files": entries,
+                "closed_at": f"{parse_hour(hour):%Y-%m-%dT%H}:59:59Z"}
+        body.update(manifest or {})
+        (folder / "_MANIFEST.json").write_text(json.dumps(body))
+    return folder
+
+
+def zst(lines: list[bytes | str]) -> bytes:
+    """Compress lines into one zstd frame (newline-terminated), as the backup tool does."""
+    import zstandard
+
+    raw = b"".join((x.encode() if isinstance(x, str) else x) + b"\n" for x in lines)
+    return zstandard.ZstdCompressor().compress(raw)
+
+
+def read_tree_lines(root: Path) -> tuple[list[tuple], list[tuple]]:
+    """Parse every closed folder's part files in Python: (valid, malformed) line keys."""
+    import json
+
+    import zstandard
+
+    from backfill_assets.backups.contract import Rejected, parse_line, parse_iso_ms
+
+    valid, malformed = [], []
+    for manifest in sorted((root / "raw").glob("date=*/hour=*/client_id=*/_MANIFEST.json")):
+        body = json.loads(manifest.read_text())
+        client_id, hour_ms = body["client_id"], parse_iso_ms(body["hour"])
+        for entry in body["files"]:
+            path = manifest.parent / entry["name"]
+            rel = str(path.relative_to(root))
+            text = zstandard.ZstdDecompressor().decompressobj().decompress(path.read_bytes())
+            lines = text.split(b"\n")
+            if lines and lines[-1] == b"":
+                lines.pop()
+            for number, line in enumerate(lines, start=1):
+                try:
+                    payload = parse_line(line, client_id, hour_ms)
+                    valid.append((payload.payload_id, payload.received_at_ms, payload.client_id))
+                except Rejected:
+                    malformed.append((rel, number))
+    return valid, malformed

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
 
+from backfill_assets import faults
 from backfill_assets.backups import contract
 from backfill_assets.backups.inventory import Folder
 from backfill_assets.partitions import parse_hour
@@ -72,6 +73,7 @@ def _parse_file(rel: str, content: bytes, exp: _Expected, rows: dict[str, list])
         rows["event_time"].append(payload.event_time_ms * 1000 if payload else None)
         rows["received_at"].append(payload.received_at_ms * 1000 if payload else None)
 
+    faults.checkpoint(faults.SHADOW_WRITE)
     digest = hashlib.sha256(content).hexdigest()
     if digest != exp.sha256:
         emit(KIND_QUARANTINE, None,

@@ -136,9 +136,11 @@ def _ensure_published_table(spark: SparkSession, warehouse_dir: str, shadow: str
     ensure_table(spark, published, schema, ["hour"], f"{warehouse_dir}/published/{database}/{name}")
 
 
-def _swap(spark: SparkSession, table: str, hour: str, new_location: str | None) -> None:
+def _swap(spark: SparkSession, table: str, hour: str, previous: str | None,
+          new_location: str | None) -> None:
+    """One atomic metastore operation moving partition ``hour`` from ``previous`` to new."""
     spec = partition_spec(hour)
-    exists = partition_location(spark, table, hour) is not None
+    exists = previous is not None
     if new_location is None:
         if exists:
             spark.sql(f"ALTER TABLE {table} DROP IF EXISTS PARTITION ({spec})")
@@ -159,7 +161,8 @@ def apply_swaps(spark: SparkSession, warehouse_dir: str, events: list[dict]) -> 
         return
     audit.append(spark, warehouse_dir, audit.PUBLICATIONS, _ledger_rows(events, PREPARE))
     for index, event in enumerate(events):
-        _swap(spark, event["table_name"], event["hour"], event["new_location"])
+        _swap(spark, event["table_name"], event["hour"], event["previous_location"],
+              event["new_location"])
         if index == 0:
             faults.checkpoint(faults.PUBLISH_SWAP)
     for table in sorted({e["table_name"] for e in events}):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 import dagster as dg
+from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
@@ -86,17 +87,18 @@ def ensure_table(
 
 def table_exists(spark: SparkSession, table: str) -> bool:
     database, name = split_table(table)
-    return spark.catalog.tableExists(name, database)
+    return spark.catalog.tableExists(f"{database}.{name}")
 
 
 def partition_location(spark: SparkSession, table: str, hour: str) -> str | None:
     """The metastore location of ``table``'s partition ``hour``, or None if absent."""
-    if not table_exists(spark, table):
-        return None
-    rows = spark.sql(f"SHOW PARTITIONS {table} PARTITION ({partition_spec(hour)})").collect()
-    if not rows:
-        return None
-    info = spark.sql(f"DESCRIBE FORMATTED {table} PARTITION ({partition_spec(hour)})").collect()
+    spec = partition_spec(hour)
+    try:
+        info = spark.sql(f"DESCRIBE FORMATTED {table} PARTITION ({spec})").collect()
+    except AnalysisException as exc:
+        if exc.getCondition() in ("PARTITIONS_NOT_FOUND", "TABLE_OR_VIEW_NOT_FOUND"):
+            return None
+        raise
     for row in info:
         if row[0] == "Location":
             return row[1]

@@ -1,0 +1,169 @@
+"""Blocking checks of the aggregated shadow tables (sessions, client_hourly).
+
+All results are recorded under ``shadow.sessions`` (the layer's checked table), so the
+publisher publishes an hour's sessions and client_hourly together or not at all. Spark
+work: the pandera rules (``rules.evaluate``), one grouped aggregation for unique session
+ids, one for the client_hourly reconciliation.
+"""
+
+import dagster as dg
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from backfill_assets.checks import common, rules, schemas
+from backfill_assets.checks.schemas import SessionSchema
+from backfill_assets.layers.aggregated import (
+    CLIENT_HOURLY_RECONCILIATION,
+    LAYER,
+    SESSIONS_DURATION,
+    SESSIONS_END_NOT_BEFORE_START,
+    SESSIONS_ROW_RULES,
+    SESSIONS_START_IN_HOUR,
+    SESSIONS_UNIQUE_ID,
+    SHADOW_CLIENT_HOURLY,
+    SHADOW_SESSIONS,
+)
+from backfill_assets.layers.common import json_metadata
+from backfill_assets.resources.warehouse import Warehouse
+
+# Row rules of ``SessionSchema`` reported under their own check; the others under row rules.
+RULE_CHECKS = {
+    schemas.END_NOT_BEFORE_START: SESSIONS_END_NOT_BEFORE_START,
+    schemas.DURATION_IS_DIFFERENCE: SESSIONS_DURATION,
+    schemas.STARTS_IN_PARTITION_HOUR: SESSIONS_START_IN_HOUR,
+}
+SESSION_CHECKS = (SESSIONS_ROW_RULES, SESSIONS_END_NOT_BEFORE_START, SESSIONS_DURATION,
+                  SESSIONS_START_IN_HOUR, SESSIONS_UNIQUE_ID)
+MEAN_TOLERANCE_SECONDS = 1e-6
+TOTALS = ("sessions", "payloads", "pageviews", "bounces", "truncated_sessions")
+
+
+def split_rule_failures(failing_hours: dict[str, dict[str, int]]) -> dict[str, dict[str, str]]:
+    """``rules.evaluate``'s {hour: {rule: violations}} -> {check name: {hour: reason}}."""
+    per_check: dict[str, dict[str, str]] = {name: {} for name in
+                                            (SESSIONS_ROW_RULES, *RULE_CHECKS.values())}
+    for hour, violations in failing_hours.items():
+        grouped: dict[str, list[str]] = {}
+        for rule, count in violations.items():
+            grouped.setdefault(RULE_CHECKS.get(rule, SESSIONS_ROW_RULES), []).append(
+                f"{rule}={count}")
+        for name, texts in grouped.items():
+            per_check[name][hour] = ", ".join(texts)
+    return per_check
+
+
+def duplicate_session_ids(sessions: DataFrame) -> tuple[dict[str, str], dict[str, int]]:
+    """Failing hours (a session_id more than once in the hour) and rows per hour; one job."""
+    rows = sessions.groupBy("hour").agg(
+        F.count(F.lit(1)).alias("rows"), F.count_distinct("session_id").alias("ids")
+    ).collect()
+    failing = {
+        r["hour"]: f"{r['rows'] - r['ids']} duplicate session_id row(s) among {r['rows']}"
+        for r in rows if r["rows"] != r["ids"]
+    }
+    return failing, {r["hour"]: int(r["rows"]) for r in rows}
+
+
+def reconcile_client_hourly(sessions: DataFrame, hourly: DataFrame) -> dict[str, str]:
+    """Failing hours -> reason: per (hour, client), client_hourly's sessions, payloads,
+    pageviews, bounces and truncated sessions must equal the sums over the sessions, its
+    mean duration their mean, its p95 lie between their shortest and longest duration,
+    and no client may be in one table only. One Spark job."""
+    expected = sessions.groupBy("hour", "client_id").agg(
+        F.count(F.lit(1)).alias("e_sessions"),
+        F.sum("payload_count").alias("e_payloads"),
+        F.sum("pageview_count").alias("e_pageviews"),
+        F.sum(F.when(F.col("pageview_count") <= 1, 1).otherwise(0)).alias("e_bounces"),
+        F.sum(F.col("may_be_truncated").cast("long")).alias("e_truncated_sessions"),
+        F.avg("duration_seconds").alias("e_mean"),
+        F.min("duration_seconds").alias("e_min"),
+        F.max("duration_seconds").alias("e_max"),
+        F.lit(True).alias("in_sessions"),
+    )
+    actual = hourly.select(
+        "hour", "client_id", *TOTALS, "mean_duration_seconds", "p95_duration_seconds",
+        F.lit(True).alias("in_hourly"),
+    )
+    joined = expected.join(actual, ["hour", "client_id"], "full_outer")
+    problems = {
+        "only_in_sessions": F.col("in_hourly").isNull(),
+        "only_in_client_hourly": F.col("in_sessions").isNull(),
+        **{f"{name}_differs": ~F.col(name).eqNullSafe(F.col(f"e_{name}")) for name in TOTALS},
+        "mean_differs": ~F.coalesce(
+            F.abs(F.col("mean_duration_seconds") - F.col("e_mean")) <= MEAN_TOLERANCE_SECONDS,
+            F.lit(False),
+        ),
+        "p95_out_of_range": ~F.coalesce(
+            F.col("p95_duration_seconds").between(F.col("e_min"), F.col("e_max")), F.lit(False)
+        ),
+    }
+    rows = (
+        joined.select("hour", *[c.alias(n) for n, c in problems.items()])
+        .groupBy("hour")
+        .agg(*[F.sum(F.col(n).cast("long")).alias(n) for n in problems])
+        .collect()
+    )
+    failing = {}
+    for r in rows:
+        found = {n: int(r[n]) for n in problems if r[n]}
+        if found:
+            failing[r["hour"]] = "client(s) with " + ", ".join(f"{n}={c}" for n, c in found.items())
+    return failing
+
+
+@dg.multi_asset_check(
+    specs=[
+        dg.AssetCheckSpec(SESSIONS_ROW_RULES, asset=SHADOW_SESSIONS, blocking=True,
+                          description="pandera: types, nullability and values of sessions, "
+                                      "session_id = sha256 key"),
+        dg.AssetCheckSpec(SESSIONS_END_NOT_BEFORE_START, asset=SHADOW_SESSIONS, blocking=True,
+                          description="session_end_at >= session_start_at"),
+        dg.AssetCheckSpec(SESSIONS_DURATION, asset=SHADOW_SESSIONS, blocking=True,
+                          description="duration_seconds = session_end_at - session_start_at"),
+        dg.AssetCheckSpec(SESSIONS_START_IN_HOUR, asset=SHADOW_SESSIONS, blocking=True,
+                          description="every session starts inside its partition hour"),
+        dg.AssetCheckSpec(SESSIONS_UNIQUE_ID, asset=SHADOW_SESSIONS, blocking=True,
+                          description="session_id is unique within the hour"),
+        dg.AssetCheckSpec(CLIENT_HOURLY_RECONCILIATION, asset=SHADOW_CLIENT_HOURLY,
+                          blocking=True,
+                          description="client_hourly totals = sums over the hour's sessions"),
+    ],
+    can_subset=False,
+)
+def aggregated_checks(context: dg.AssetCheckExecutionContext, warehouse: Warehouse):
+    """Check the sessions and client_hourly versions this run wrote; record per hour."""
+    spark = warehouse.spark
+    version = context.run.run_id
+    table = LAYER.checked_table
+    hours = common.written_hours(spark, table, version)
+    if not hours:
+        for name in LAYER.checks:
+            recon = name == CLIENT_HOURLY_RECONCILIATION
+            asset = SHADOW_CLIENT_HOURLY if recon else SHADOW_SESSIONS
+            yield dg.AssetCheckResult(check_name=name, asset_key=asset, passed=True,
+                                      description="this run wrote no sessions shadow partition")
+        return
+    sessions = common.shadow_version(spark, table, version).cache()
+    hourly = common.shadow_version(spark, "shadow.client_hourly", version)
+    try:
+        report = rules.evaluate(sessions, SessionSchema,
+                                ["hour", "session_id", "client_id", "user_id",
+                                 "session_start_at", "session_end_at", "duration_seconds"])
+        unique_failing, rows_per_hour = duplicate_session_ids(sessions)
+        recon_failing = reconcile_client_hourly(sessions, hourly)
+    finally:
+        sessions.unpersist()
+    failing = {**split_rule_failures(report.failing_hours), SESSIONS_UNIQUE_ID: unique_failing,
+               CLIENT_HOURLY_RECONCILIATION: recon_failing}
+    for name in LAYER.checks:
+        common.record(spark, warehouse.warehouse_dir, table, version, name, hours, failing[name])
+        for hour, reason in sorted(failing[name].items()):
+            context.log.warning(f"aggregated {hour} fails {name}: {reason}")
+    for name in SESSION_CHECKS:
+        yield common.result(name, SHADOW_SESSIONS, hours, failing[name], {
+            "sessions_checked": sum(rows_per_hour.values()),
+            "pandera_errors": json_metadata(report.pandera_errors),
+            "failing_examples": json_metadata(report.examples),
+        })
+    yield common.result(CLIENT_HOURLY_RECONCILIATION, SHADOW_CLIENT_HOURLY, hours,
+                        recon_failing, {"sessions_per_hour": json_metadata(rows_per_hour)})

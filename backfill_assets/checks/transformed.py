@@ -1,0 +1,107 @@
+"""Blocking checks of the transformed shadow table: pandera row rules, and reconciliation
+with the published raw layer (one row per distinct raw payload id of the hour, no more)."""
+
+import dagster as dg
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from backfill_assets.checks import common, rules
+from backfill_assets.checks.schemas import TransformedPayloadSchema
+from backfill_assets.layers.common import json_metadata
+from backfill_assets.layers.transformed import (
+    LAYER,
+    RAW_RECONCILIATION,
+    ROW_RULES,
+    SHADOW_PAYLOADS,
+    SOURCE_TABLE,
+)
+from backfill_assets.publishing.tables import table_exists
+from backfill_assets.resources.warehouse import Warehouse
+
+
+def reconcile_with_raw(transformed: DataFrame, raw: DataFrame) -> dict[str, dict[str, int]]:
+    """Per hour, in one Spark job: transformed rows, distinct raw payload ids, and the
+    payload ids that are duplicated, missing from or extra in the transformed hour."""
+    per_id = (
+        transformed.select("hour", "payload_id", F.lit(1).alias("t"), F.lit(0).alias("r"))
+        .unionByName(raw.select("hour", "payload_id", F.lit(0).alias("t"), F.lit(1).alias("r")))
+        .groupBy("hour", "payload_id")
+        .agg(F.sum("t").alias("t"), F.max("r").alias("r"))
+    )
+    rows = per_id.groupBy("hour").agg(
+        F.sum("t").alias("rows"),
+        F.sum("r").alias("raw_distinct_ids"),
+        F.sum(F.when(F.col("t") > 1, 1).otherwise(0)).alias("duplicated_ids"),
+        F.sum(F.when((F.col("r") == 1) & (F.col("t") == 0), 1).otherwise(0)).alias("missing_ids"),
+        F.sum(F.when((F.col("r") == 0) & (F.col("t") > 0), 1).otherwise(0)).alias("extra_ids"),
+    ).collect()
+    return {r["hour"]: {k: int(r[k]) for k in r.asDict() if k != "hour"} for r in rows}
+
+
+def reconciliation_failures(hours: list[str], counts: dict[str, dict[str, int]]) -> dict[str, str]:
+    """Failing hours -> reason, from ``reconcile_with_raw``'s counts."""
+    failing = {}
+    for hour in hours:
+        c = counts.get(hour, {"rows": 0, "raw_distinct_ids": 0, "duplicated_ids": 0,
+                              "missing_ids": 0, "extra_ids": 0})
+        if c["rows"] != c["raw_distinct_ids"] or c["duplicated_ids"] or c["missing_ids"] or (
+            c["extra_ids"]
+        ):
+            failing[hour] = (
+                f"{c['rows']} transformed row(s) for {c['raw_distinct_ids']} distinct raw "
+                f"payload id(s): {c['duplicated_ids']} duplicated, {c['missing_ids']} missing, "
+                f"{c['extra_ids']} not in {SOURCE_TABLE}"
+            )
+    return failing
+
+
+@dg.multi_asset_check(
+    specs=[
+        dg.AssetCheckSpec(ROW_RULES, asset=SHADOW_PAYLOADS, blocking=True,
+                          description="pandera: types, nullability, values, received hour and "
+                                      "normalized page_url of transformed payloads"),
+        dg.AssetCheckSpec(RAW_RECONCILIATION, asset=SHADOW_PAYLOADS, blocking=True,
+                          description="transformed rows = distinct payload ids of the published "
+                                      "raw hour (each exactly once)"),
+    ],
+    can_subset=False,
+)
+def transformed_checks(context: dg.AssetCheckExecutionContext, warehouse: Warehouse):
+    """Check the transformed shadow version this run wrote, hour by hour; record outcomes."""
+    spark = warehouse.spark
+    version = context.run.run_id
+    table = LAYER.checked_table
+    hours = common.written_hours(spark, table, version)
+    if not hours:
+        for name in (ROW_RULES, RAW_RECONCILIATION):
+            yield dg.AssetCheckResult(check_name=name, asset_key=SHADOW_PAYLOADS, passed=True,
+                                      description="this run wrote no transformed shadow partition")
+        return
+    payloads = common.shadow_version(spark, table, version).cache()
+    try:
+        report = rules.evaluate(payloads, TransformedPayloadSchema,
+                                ["hour", "payload_id", "client_id", "page_url", "received_at"])
+        raw = (
+            spark.table(SOURCE_TABLE).where(F.col("hour").isin(hours))
+            if table_exists(spark, SOURCE_TABLE)
+            else payloads.select("hour", "payload_id").limit(0)
+        )
+        counts = reconcile_with_raw(payloads, raw)
+    finally:
+        payloads.unpersist()
+    rule_failing = {h: ", ".join(f"{r}={n}" for r, n in v.items())
+                    for h, v in report.failing_hours.items()}
+    recon_failing = reconciliation_failures(hours, counts)
+    common.record(spark, warehouse.warehouse_dir, table, version, ROW_RULES, hours, rule_failing)
+    common.record(spark, warehouse.warehouse_dir, table, version, RAW_RECONCILIATION, hours,
+                  recon_failing)
+    for hour, reason in sorted({**rule_failing, **recon_failing}.items()):
+        context.log.warning(f"transformed {hour} fails: {reason}")
+    yield common.result(ROW_RULES, SHADOW_PAYLOADS, hours, rule_failing, {
+        "rows_checked": sum(c["rows"] for c in counts.values()),
+        "pandera_errors": json_metadata(report.pandera_errors),
+        "failing_examples": json_metadata(report.examples),
+    })
+    yield common.result(RAW_RECONCILIATION, SHADOW_PAYLOADS, hours, recon_failing, {
+        "counts_per_hour": json_metadata(counts),
+    })

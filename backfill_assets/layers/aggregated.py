@@ -1,0 +1,371 @@
+"""Aggregated layer: sessions and per-client hourly metrics, rebuilt with half-cut-aware windows.
+
+Sessions of hour H (the UTC hour of their first payload's event time) are built from the
+published transformed payloads received in ``[H - lookback, H + lookahead]`` (default 3 and
+3 hours, run tags ``tags.SESSION_LOOKBACK`` / ``tags.SESSION_LOOKAHEAD``), keeping the
+sessions that start in H (see "Sessions" in ``shared/backup-format.md``).
+
+Range independence: the sessions of H depend only on H's own window, whatever range H is
+backfilled in. One Spark job builds every hour of the range: each payload is copied to
+each session hour of the range whose window holds its received hour (at most
+``lookback + lookahead + 1`` copies), then de-duplicated and sessionized per
+(session hour, client_id, user_id) with window functions. No per-hour jobs, nothing
+collected to the driver.
+"""
+
+import time
+from collections.abc import Mapping
+
+import dagster as dg
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from backfill_assets import tags
+from backfill_assets.checks.schemas import HOUR_OF, session_id_of
+from backfill_assets.layers import transformed
+from backfill_assets.layers.common import (
+    SINGLE_RUN,
+    json_metadata,
+    publish_asset,
+    run_lineage,
+    with_lineage,
+)
+from backfill_assets.layers.windows import (
+    DEFAULT_LOOKAHEAD_HOURS,
+    DEFAULT_LOOKBACK_HOURS,
+    received_window,
+)
+from backfill_assets.partitions import hour_range, hourly_partitions, parse_hour, shift_hour
+from backfill_assets.publishing.publisher import Layer
+from backfill_assets.publishing.tables import published_hours
+from backfill_assets.resources.warehouse import Warehouse
+
+CODE_VERSION = "aggregated-1"
+GROUP = "aggregated"
+SHADOW_SESSIONS = dg.AssetKey(["shadow", "sessions"])
+SHADOW_CLIENT_HOURLY = dg.AssetKey(["shadow", "client_hourly"])
+SESSIONS = dg.AssetKey(["aggregated", "sessions"])
+CLIENT_HOURLY = dg.AssetKey(["aggregated", "client_hourly"])
+SOURCE_TABLE = transformed.TABLE
+
+# Check names (constants: the publisher gates on them, tests and the UI refer to them).
+SESSIONS_ROW_RULES = "sessions_row_rules"
+SESSIONS_END_NOT_BEFORE_START = "sessions_end_not_before_start"
+SESSIONS_DURATION = "sessions_duration_is_end_minus_start"
+SESSIONS_START_IN_HOUR = "sessions_start_in_partition_hour"
+SESSIONS_UNIQUE_ID = "sessions_unique_id"
+CLIENT_HOURLY_RECONCILIATION = "client_hourly_matches_sessions"
+
+SESSION_GAP_MICROS = 30 * 60 * 1_000_000  # a gap of more than this starts a new session
+MAX_WINDOW_HOURS = 24  # largest lookback / lookahead a run tag may ask for
+
+SESSION_COLUMNS = [
+    "session_id", "client_id", "user_id", "session_start_at", "session_end_at",
+    "duration_seconds", "payload_count", "pageview_count", "entry_url", "exit_url", "device",
+    "may_be_truncated",
+]
+CLIENT_HOURLY_COLUMNS = [
+    "client_id", "sessions", "payloads", "pageviews", "bounces", "mean_duration_seconds",
+    "p95_duration_seconds", "truncated_sessions",
+]
+# What sessionizing reads of a transformed payload.
+PAYLOAD_COLUMNS = [
+    "payload_id", "client_id", "user_id", "event_time", "received_at", "event_type",
+    "page_url", "device", "hour",
+]
+
+LAYER = Layer(
+    name="aggregated",
+    checked_table="shadow.sessions",
+    pairs=(("shadow.sessions", "aggregated.sessions"),
+           ("shadow.client_hourly", "aggregated.client_hourly")),
+    checks=(SESSIONS_ROW_RULES, SESSIONS_END_NOT_BEFORE_START, SESSIONS_DURATION,
+            SESSIONS_START_IN_HOUR, SESSIONS_UNIQUE_ID, CLIENT_HOURLY_RECONCILIATION),
+    code_version=CODE_VERSION,
+)
+
+
+# --------------------------------------------------------------------------- windows
+
+
+def window_hours(run_tags: Mapping[str, str]) -> tuple[int, int]:
+    """(lookback, lookahead) of a run: its tags, else the defaults; small non-negative ints."""
+    values = []
+    for tag, default in ((tags.SESSION_LOOKBACK, DEFAULT_LOOKBACK_HOURS),
+                         (tags.SESSION_LOOKAHEAD, DEFAULT_LOOKAHEAD_HOURS)):
+        text = run_tags.get(tag)
+        if text is None or not text.strip():
+            values.append(default)
+            continue
+        text = text.strip()
+        if not text.isdigit() or int(text) > MAX_WINDOW_HOURS:
+            raise ValueError(
+                f"run tag {tag}={text!r}: expected a whole number of hours from 0 to "
+                f"{MAX_WINDOW_HOURS}"
+            )
+        values.append(int(text))
+    return values[0], values[1]
+
+
+def missing_window_hours(
+    published: set[str], first: str, last: str, lookback: int, lookahead: int,
+    allowed_missing: set[str],
+) -> dict[str, list[str]]:
+    """Unpublished received hours of the windows of session hours ``first..last`` ->
+    the session hours that need them (hours declared empty are not missing)."""
+    start, end = received_window(first, lookback, lookahead)[0], received_window(
+        last, lookback, lookahead)[1]
+    sessions = set(hour_range(first, last))
+    missing = {}
+    for hour in hour_range(start, end):
+        if hour in published or hour in allowed_missing:
+            continue
+        lo, hi = shift_hour(hour, -lookahead), shift_hour(hour, lookback)
+        missing[hour] = [h for h in hour_range(lo, hi) if h in sessions]
+    return missing
+
+
+def describe_missing(missing: dict[str, list[str]]) -> str:
+    """``hour (needed by sessions of A..B)`` for each missing hour."""
+    return "; ".join(
+        f"{hour} (needed by session hour(s) {needs[0]}..{needs[-1]})"
+        for hour, needs in sorted(missing.items())
+    )
+
+
+def _epoch_hour(hour: Column) -> Column:
+    return F.floor(F.unix_seconds(F.to_timestamp(hour, HOUR_OF)) / 3600).cast("long")
+
+
+def _epoch(hour: str) -> int:
+    return int(parse_hour(hour).timestamp()) // 3600
+
+
+def _hour_of_epoch(epoch_hour: Column) -> Column:
+    return F.date_format(F.timestamp_seconds(epoch_hour * 3600), HOUR_OF)
+
+
+def assign_session_hours(
+    payloads: DataFrame, first: str, last: str, lookback: int, lookahead: int
+) -> DataFrame:
+    """Copy each payload (received hour ``hour``) to every session hour of ``first..last``
+    whose window ``[H - lookback, H + lookahead]`` holds its received hour: adds
+    ``session_hour`` and ``window_end`` (end of the last received hour the window reads)."""
+    received = _epoch_hour(F.col("hour"))
+    lo = F.greatest(received - lookahead, F.lit(_epoch(first)))
+    hi = F.least(received + lookback, F.lit(_epoch(last)))
+    target = F.col("_target")
+    return (
+        payloads.where(lo <= hi)
+        .withColumn("_target", F.explode(F.sequence(lo, hi)))
+        .withColumn("session_hour", _hour_of_epoch(target))
+        .withColumn("window_end", F.timestamp_seconds((target + lookahead + 1) * 3600))
+        .drop("_target")
+    )
+
+
+# --------------------------------------------------------------------------- sessions
+
+
+def sessionize(
+    payloads: DataFrame, keys: list[str], *, with_payload_digest: bool = False
+) -> DataFrame:
+    """Sessions of ``payloads`` per ``keys`` (each key value is sessionized on its own).
+
+    Per key value: de-duplicate by ``payload_id`` (``transformed.deduplicate``: earliest
+    delivery); per (client_id, user_id) order by (event_time, payload_id); a gap of more
+    than 30 minutes starts a new session. Returns ``keys`` + client_id, user_id,
+    session_start_at, session_end_at, payload_count, pageview_count, entry_url, exit_url,
+    device (+ ``payload_digest``, an order-independent digest of the payload id set).
+    """
+    distinct = transformed.deduplicate(payloads, keys)
+    by_user = Window.partitionBy(*keys, "client_id", "user_id").orderBy("event_time", "payload_id")
+    micros = F.unix_micros("event_time")
+    gap = micros - F.lag(micros).over(by_user)
+    new_session = F.when(gap.isNull() | (gap > SESSION_GAP_MICROS), 1).otherwise(0)
+    numbered = distinct.withColumn(
+        "_session",
+        F.sum(new_session).over(by_user.rowsBetween(Window.unboundedPreceding, Window.currentRow)),
+    )
+    order = F.struct("event_time", "payload_id")
+    aggregates = [
+        F.min("event_time").alias("session_start_at"),
+        F.max("event_time").alias("session_end_at"),
+        F.count(F.lit(1)).alias("payload_count"),
+        F.sum(F.when(F.col("event_type") == "pageview", 1).otherwise(0)).cast("long")
+        .alias("pageview_count"),
+        F.min_by("page_url", order).alias("entry_url"),
+        F.max_by("page_url", order).alias("exit_url"),
+        F.min_by("device", order).alias("device"),
+    ]
+    if with_payload_digest:
+        aggregates.append(
+            F.sum(F.xxhash64("payload_id").cast("decimal(38,0)")).cast("string")
+            .alias("payload_digest")
+        )
+    return numbered.groupBy(*keys, "client_id", "user_id", "_session").agg(*aggregates).drop(
+        "_session"
+    )
+
+
+def build_sessions(
+    payloads: DataFrame, first: str, last: str, lookback: int, lookahead: int
+) -> DataFrame:
+    """The sessions of session hours ``first..last`` from transformed ``payloads`` (received
+    hours of the whole read window, column ``hour``); ``SESSION_COLUMNS`` + ``hour``."""
+    windowed = assign_session_hours(
+        payloads.select(*PAYLOAD_COLUMNS), first, last, lookback, lookahead
+    )
+    sessions = sessionize(windowed, ["session_hour", "window_end"])
+    start, end = F.col("session_start_at"), F.col("session_end_at")
+    return (
+        sessions.where(F.date_format(start, HOUR_OF) == F.col("session_hour"))
+        .withColumn("session_id", session_id_of(F.col("client_id"), F.col("user_id"), start))
+        .withColumn(
+            "duration_seconds", (F.unix_micros(end) - F.unix_micros(start)) / F.lit(1_000_000.0)
+        )
+        .withColumn(
+            "may_be_truncated",
+            F.unix_micros("window_end") - F.unix_micros(end) <= SESSION_GAP_MICROS,
+        )
+        .withColumn("hour", F.col("session_hour"))
+        .select(*SESSION_COLUMNS, "hour")
+    )
+
+
+def client_hourly(sessions: DataFrame) -> DataFrame:
+    """Per (hour, client): sessions, payloads, pageviews, bounces (sessions with at most
+    one pageview), mean and p95 duration, sessions flagged ``may_be_truncated``.
+
+    ``mean_duration_seconds`` is the exact mean (integer microseconds summed, then divided,
+    so it does not depend on row order). ``p95_duration_seconds`` is the exact 95th
+    percentile with linear interpolation between the two closest ranks (Spark
+    ``percentile``, numpy's default ``linear`` method): for n sorted durations it is
+    ``d[floor(p)] + (p - floor(p)) * (d[floor(p) + 1] - d[floor(p)])`` with
+    ``p = 0.95 * (n - 1)`` (0-based); for one session, its duration.
+    """
+    micros = F.unix_micros("session_end_at") - F.unix_micros("session_start_at")
+    return sessions.groupBy("hour", "client_id").agg(
+        F.count(F.lit(1)).alias("sessions"),
+        F.sum("payload_count").cast("long").alias("payloads"),
+        F.sum("pageview_count").cast("long").alias("pageviews"),
+        F.sum(F.when(F.col("pageview_count") <= 1, 1).otherwise(0)).cast("long").alias("bounces"),
+        (F.sum(micros) / F.count(F.lit(1)) / F.lit(1_000_000.0)).alias("mean_duration_seconds"),
+        F.percentile(F.col("duration_seconds"), F.lit(0.95)).alias("p95_duration_seconds"),
+        F.sum(F.col("may_be_truncated").cast("long")).cast("long").alias("truncated_sessions"),
+    )
+
+
+def read_window(
+    spark: SparkSession, first: str, last: str, lookback: int, lookahead: int
+) -> DataFrame:
+    """Published transformed payloads of the received hours the session hours read."""
+    start = received_window(first, lookback, lookahead)[0]
+    end = received_window(last, lookback, lookahead)[1]
+    return spark.table(SOURCE_TABLE).where(F.col("hour").between(start, end))
+
+
+@dg.multi_asset(
+    name="aggregated_shadow",
+    outs={
+        "sessions": dg.AssetOut(
+            key=SHADOW_SESSIONS, io_manager_key="shadow_io_manager", group_name=GROUP,
+            code_version=CODE_VERSION, kinds={"spark", "parquet"},
+            description="Sessions starting in the hour (30-minute inactivity rule), built from "
+                        "the received hours around it; one shadow version per run.",
+        ),
+        "client_hourly": dg.AssetOut(
+            key=SHADOW_CLIENT_HOURLY, io_manager_key="shadow_io_manager", group_name=GROUP,
+            code_version=CODE_VERSION, kinds={"spark", "parquet"},
+            description="Per client and session hour: sessions, payloads, pageviews, bounces, "
+                        "mean and p95 duration; one shadow version per run.",
+        ),
+    },
+    deps=[
+        dg.AssetDep(
+            transformed.PAYLOADS,
+            partition_mapping=dg.TimeWindowPartitionMapping(
+                start_offset=-DEFAULT_LOOKBACK_HOURS, end_offset=DEFAULT_LOOKAHEAD_HOURS
+            ),
+        )
+    ],
+    partitions_def=hourly_partitions,
+    backfill_policy=SINGLE_RUN,
+    can_subset=False,
+)
+def aggregated_shadow(context: dg.AssetExecutionContext, warehouse: Warehouse):
+    """Rebuild the sessions and client_hourly shadow tables of the session hours."""
+    started = time.monotonic()
+    hours = list(context.partition_keys)
+    first, last = hours[0], hours[-1]
+    try:
+        lookback, lookahead = window_hours(context.run.tags)
+    except ValueError as exc:
+        raise dg.Failure(description=str(exc), allow_retries=False) from None
+    spark = warehouse.spark
+    if spark.conf.get("spark.sql.session.timeZone") != "UTC":
+        raise dg.Failure(description="spark.sql.session.timeZone must be UTC (hour keys, "
+                                     "session ids)", allow_retries=False)
+    allowed = tags.allowed_missing_hours(context.run.tags, [])  # named hours only
+    published = set(published_hours(spark, SOURCE_TABLE))
+    missing = missing_window_hours(published, first, last, lookback, lookahead, allowed)
+    read_start = received_window(first, lookback, lookahead)[0]
+    read_end = received_window(last, lookback, lookahead)[1]
+    if missing:
+        raise dg.Failure(
+            description=(
+                f"{SOURCE_TABLE} is not published for {len(missing)} received hour(s) in the "
+                f"session windows of {first}..{last} (±{lookback}/{lookahead} h): "
+                f"{describe_missing(missing)}. Backfill the transformed layer for them, or "
+                f"declare them empty with {tags.ALLOW_MISSING_HOURS}=<hour>,<hour>"
+            ),
+            metadata={"missing_hours": json_metadata(missing)},
+            allow_retries=False,
+        )
+    context.log.info(
+        f"sessions {first}..{last} from {SOURCE_TABLE} received {read_start}..{read_end} "
+        f"(lookback {lookback} h, lookahead {lookahead} h)"
+    )
+    sessions = with_lineage(
+        build_sessions(read_window(spark, first, last, lookback, lookahead), first, last,
+                       lookback, lookahead),
+        context, CODE_VERSION,
+    ).persist(StorageLevel.MEMORY_AND_DISK)
+    lineage = {
+        **run_lineage(context, CODE_VERSION),
+        "source_table": SOURCE_TABLE,
+        "lookback_hours": lookback,
+        "lookahead_hours": lookahead,
+        "received_hours_read": f"{read_start}..{read_end}",
+        "allowed_missing_hours": json_metadata(sorted(allowed)),
+    }
+    try:
+        yield dg.MaterializeResult(
+            asset_key=SHADOW_SESSIONS,
+            value=sessions.select(*SESSION_COLUMNS, "run_id", "code_version", "hour"),
+            metadata=lineage,
+        )
+        yield dg.MaterializeResult(
+            asset_key=SHADOW_CLIENT_HOURLY,
+            value=with_lineage(client_hourly(sessions), context, CODE_VERSION).select(
+                *CLIENT_HOURLY_COLUMNS, "run_id", "code_version", "hour"
+            ),
+            metadata={**lineage, "seconds": round(time.monotonic() - started, 2)},
+        )
+    finally:
+        sessions.unpersist()
+
+
+aggregated_published = publish_asset(
+    LAYER,
+    name="aggregated_publish",
+    group=GROUP,
+    descriptions={
+        "aggregated.sessions": "Published sessions: every session starting in the hour, with "
+                               "entry/exit URL, device, counts and a may_be_truncated flag.",
+        "aggregated.client_hourly": "Published per-client metrics of the session hour: "
+                                    "sessions, payloads, pageviews, bounces, mean/p95 duration.",
+    },
+    deps=[SHADOW_SESSIONS, SHADOW_CLIENT_HOURLY],
+)

@@ -1,0 +1,92 @@
+"""The payload contract, line by line (no Spark): every bad line has a named reason."""
+
+import json
+
+import pytest
+
+from backfill_assets.backups import contract
+from backfill_assets.backups.contract import Rejected, parse_line
+
+HOUR = contract.parse_iso_ms("2026-11-20T03:00:00Z")
+V1 = {
+    "schema_version": 1, "payload_id": "p1", "client_id": 7, "user_id": "u1",
+    "event_time": "2026-11-20T03:15:42.123Z", "received_at": "2026-11-20T03:15:43.000Z",
+    "event_type": "pageview", "page_url": "https://Example.com/a/?utm_source=x#f",
+    "device": "mobile",
+}
+V2 = {**{k: v for k, v in V1.items() if k != "event_time"}, "schema_version": 2,
+      "event_time_ms": 1795144542123, "referrer": None}
+
+
+def line(record: object) -> bytes:
+    return json.dumps(record).encode()
+
+
+def reason(record_or_bytes: object, client_id: int = 7) -> str:
+    raw = record_or_bytes if isinstance(record_or_bytes, bytes) else line(record_or_bytes)
+    with pytest.raises(Rejected) as info:
+        parse_line(raw, client_id, HOUR)
+    return str(info.value)
+
+
+def test_v1_and_v2_parse_to_the_same_typed_payload():
+    one, two = parse_line(line(V1), 7, HOUR), parse_line(line(V2), 7, HOUR)
+    assert one.event_time_ms == two.event_time_ms == 1795144542123
+    assert (one.schema_version, two.schema_version) == (1, 2)
+    assert one.referrer is None and two.referrer is None
+
+
+def test_missing_schema_version_means_v1_and_unknown_keys_are_ignored():
+    record = {k: v for k, v in V1.items() if k != "schema_version"} | {"extra": {"x": 1}}
+    payload = parse_line(line(record), 7, HOUR)
+    assert payload.schema_version == 1
+    assert not hasattr(payload, "extra")
+
+
+@pytest.mark.parametrize(
+    ("raw", "code"),
+    [
+        (b"not json at all", contract.NOT_JSON),
+        (b"", contract.NOT_JSON),
+        (b"\xff\xfe{}", contract.NOT_UTF8),
+        (b"[1, 2]", contract.NOT_OBJECT),
+        (b"42", contract.NOT_OBJECT),
+    ],
+)
+def test_undecodable_lines(raw: bytes, code: str):
+    assert reason(raw).startswith(code + ":")
+
+
+@pytest.mark.parametrize(
+    ("change", "code", "detail"),
+    [
+        ({"user_id": None}, contract.MISSING_FIELD, "user_id"),
+        ({"client_id": "7"}, contract.WRONG_TYPE, "client_id must be integer"),
+        ({"client_id": True}, contract.WRONG_TYPE, "client_id must be integer"),
+        ({"client_id": 7.5}, contract.WRONG_TYPE, "client_id"),
+        ({"event_type": "hover"}, contract.UNKNOWN_EVENT_TYPE, "hover"),
+        ({"device": "watch"}, contract.UNKNOWN_DEVICE, "watch"),
+        ({"schema_version": 3}, contract.UNSUPPORTED_VERSION, "3"),
+        ({"schema_version": "1"}, contract.WRONG_TYPE, "schema_version"),
+        ({"event_time": "yesterday"}, contract.BAD_VALUE, "event_time"),
+        ({"page_url": "/relative"}, contract.BAD_VALUE, "page_url"),
+        ({"client_id": 8}, contract.CLIENT_MISMATCH, "client_id 8"),
+        ({"received_at": "2026-11-20T05:00:00Z"}, contract.HOUR_MISMATCH, "received_at"),
+    ],
+)
+def test_contract_violations_are_named(change: dict, code: str, detail: str):
+    record = {k: v for k, v in {**V1, **change}.items() if v is not None or k == "referrer"}
+    text = reason(record)
+    assert text.startswith(code + ":") and detail in text
+
+
+def test_v2_requires_integer_event_time_ms():
+    assert reason({**V2, "event_time_ms": "1795144542123"}).startswith(contract.WRONG_TYPE)
+    no_time = {k: v for k, v in V2.items() if k != "event_time_ms"}
+    assert reason(no_time) == f"{contract.MISSING_FIELD}: event_time_ms"
+
+
+def test_iso_round_trip():
+    assert contract.format_iso_ms(contract.parse_iso_ms("2026-11-20T03:15:42.123Z")) == (
+        "2026-11-20T03:15:42.123Z"
+    )
