@@ -11,6 +11,7 @@ from backfill_assets.layers.aggregated import aggregated_published, aggregated_s
 from backfill_assets.layers.raw import raw_published, raw_shadow
 from backfill_assets.layers.transformed import transformed_published, transformed_shadow
 from backfill_assets.resources import build_resources
+from backfill_assets.sensors.reconciliation import build_reconciliation_sensor
 from backfill_assets.settings import Settings
 
 
@@ -24,6 +25,7 @@ def build_definitions(settings: Settings) -> dg.Definitions:
         ],
         asset_checks=[raw_checks, transformed_checks, aggregated_checks],
         resources=build_resources(settings),
+        sensors=[build_reconciliation_sensor()],
         # One Spark session per run: every step of a run executes in the run's process.
         executor=dg.in_process_executor,
     )

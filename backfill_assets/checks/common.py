@@ -24,18 +24,28 @@ def shadow_version(spark: SparkSession, table: str, version: str) -> DataFrame:
     return spark.table(table).where(F.col("version") == run_id(version)).drop("version")
 
 
+def record_all(
+    spark: SparkSession, warehouse_dir: str, table: str, version: str, hours: list[str],
+    outcomes: dict[str, dict[str, str]],
+) -> None:
+    """Append one row per (check, hour) to ``audit.check_results`` (the publisher's gate),
+    in one Spark job; ``outcomes`` maps check name -> {failing hour: reason}."""
+    now = audit.now()
+    audit.append(spark, warehouse_dir, audit.CHECK_RESULTS, [
+        {"table_name": table, "hour": h, "version": version, "check_name": name,
+         "passed": h not in failing, "detail": failing.get(h, "ok")[:2000], "run_id": version,
+         "checked_at": now}
+        for name, failing in outcomes.items()
+        for h in hours
+    ])
+
+
 def record(
     spark: SparkSession, warehouse_dir: str, table: str, version: str, check_name: str,
     hours: list[str], failing: dict[str, str],
 ) -> None:
-    """Append one outcome per hour to ``audit.check_results`` (the publisher's gate)."""
-    now = audit.now()
-    audit.append(spark, warehouse_dir, audit.CHECK_RESULTS, [
-        {"table_name": table, "hour": h, "version": version, "check_name": check_name,
-         "passed": h not in failing, "detail": failing.get(h, "ok")[:2000], "run_id": version,
-         "checked_at": now}
-        for h in hours
-    ])
+    """``record_all`` for a single check."""
+    record_all(spark, warehouse_dir, table, version, hours, {check_name: failing})
 
 
 def result(

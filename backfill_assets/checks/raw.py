@@ -69,34 +69,31 @@ def raw_checks(
             yield dg.AssetCheckResult(check_name=name, asset_key=SHADOW_PAYLOADS, passed=True,
                                       description="this run wrote no raw shadow partition")
         return
-    payloads = common.shadow_version(spark, "shadow.raw_payloads", version).cache()
+    payloads = common.shadow_version(spark, "shadow.raw_payloads", version)
     quarantine = common.shadow_version(spark, "shadow.raw_quarantine", version)
-    try:
-        report = rules.evaluate(payloads, RawPayloadSchema, ["hour", "payload_id", "client_id",
-                                                              "event_type", "device"])
-        rule_failing = {h: ", ".join(f"{r}={n}" for r, n in v.items())
-                        for h, v in report.failing_hours.items()}
-        valid = payloads.select("hour", "client_id", F.lit(1).alias("valid"),
-                                F.lit(0).alias("quarantined"), F.lit(0).alias("bad"))
-        rejected = quarantine.select(
-            "hour", "client_id", F.lit(0).alias("valid"),
-            F.when(F.col("line_number").isNotNull(), 1).otherwise(0).alias("quarantined"),
-            F.when(F.col("line_number").isNull(), 1).otherwise(0).alias("bad"),
-        )
-        totals = {
-            (r["hour"], r["client_id"]): (r["valid"], r["quarantined"], r["bad"])
-            for r in valid.unionByName(rejected).groupBy("hour", "client_id")
-            .agg(*(F.sum(c).alias(c) for c in ("valid", "quarantined", "bad"))).collect()
-        }
-        counts = {k: (v[0] + v[1], v[2]) for k, v in totals.items()}
-    finally:
-        payloads.unpersist()
+    report = rules.evaluate(payloads, RawPayloadSchema, ["hour", "payload_id", "client_id",
+                                                          "event_type", "device"])
+    rule_failing = {h: ", ".join(f"{r}={n}" for r, n in v.items())
+                    for h, v in report.failing_hours.items()}
+    valid = payloads.select("hour", "client_id", F.lit(1).alias("valid"),
+                            F.lit(0).alias("quarantined"), F.lit(0).alias("bad"))
+    rejected = quarantine.select(
+        "hour", "client_id", F.lit(0).alias("valid"),
+        F.when(F.col("line_number").isNotNull(), 1).otherwise(0).alias("quarantined"),
+        F.when(F.col("line_number").isNull(), 1).otherwise(0).alias("bad"),
+    )
+    totals = {
+        (r["hour"], r["client_id"]): (r["valid"], r["quarantined"], r["bad"])
+        for r in valid.unionByName(rejected).groupBy("hour", "client_id")
+        .agg(*(F.sum(c).alias(c) for c in ("valid", "quarantined", "bad"))).collect()
+    }
+    counts = {k: (v[0] + v[1], v[2]) for k, v in totals.items()}
     inventory = take_inventory(backups, hours)
     allowed = tags.allowed_missing_hours(context.run.tags, hours)
     recon_failing = reconcile(inventory, counts, allowed)
     table = LAYER.checked_table
-    common.record(spark, warehouse.warehouse_dir, table, version, ROW_RULES, hours, rule_failing)
-    common.record(spark, warehouse.warehouse_dir, table, version, MANIFEST_RECONCILIATION, hours, recon_failing)
+    common.record_all(spark, warehouse.warehouse_dir, table, version, hours,
+                      {ROW_RULES: rule_failing, MANIFEST_RECONCILIATION: recon_failing})
     for hour, reason in sorted({**rule_failing, **recon_failing}.items()):
         context.log.warning(f"raw {hour} fails: {reason}")
     yield common.result(ROW_RULES, SHADOW_PAYLOADS, hours, rule_failing, {

@@ -11,7 +11,9 @@ import importlib
 import logging
 import sys
 
-SUBCOMMAND_MODULES = ("generate", "backfill", "sql", "rollback")
+SUBCOMMAND_MODULES = (
+    "generate", "backfill", "sql", "rollback", "halfcut", "reconcile", "report", "demo",
+)
 
 
 class CommandError(Exception):

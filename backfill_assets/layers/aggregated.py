@@ -134,15 +134,18 @@ def describe_missing(missing: dict[str, list[str]]) -> str:
     )
 
 
-def _epoch_hour(hour: Column) -> Column:
+def epoch_hour_of(hour: Column) -> Column:
+    """Hours since the epoch of an hour-key column (``YYYY-MM-DDTHH``, UTC)."""
     return F.floor(F.unix_seconds(F.to_timestamp(hour, HOUR_OF)) / 3600).cast("long")
 
 
-def _epoch(hour: str) -> int:
+def epoch_of(hour: str) -> int:
+    """Hours since the epoch of an hour key."""
     return int(parse_hour(hour).timestamp()) // 3600
 
 
-def _hour_of_epoch(epoch_hour: Column) -> Column:
+def hour_of_epoch(epoch_hour: Column) -> Column:
+    """The hour key of an hours-since-the-epoch column."""
     return F.date_format(F.timestamp_seconds(epoch_hour * 3600), HOUR_OF)
 
 
@@ -152,14 +155,14 @@ def assign_session_hours(
     """Copy each payload (received hour ``hour``) to every session hour of ``first..last``
     whose window ``[H - lookback, H + lookahead]`` holds its received hour: adds
     ``session_hour`` and ``window_end`` (end of the last received hour the window reads)."""
-    received = _epoch_hour(F.col("hour"))
-    lo = F.greatest(received - lookahead, F.lit(_epoch(first)))
-    hi = F.least(received + lookback, F.lit(_epoch(last)))
+    received = epoch_hour_of(F.col("hour"))
+    lo = F.greatest(received - lookahead, F.lit(epoch_of(first)))
+    hi = F.least(received + lookback, F.lit(epoch_of(last)))
     target = F.col("_target")
     return (
         payloads.where(lo <= hi)
         .withColumn("_target", F.explode(F.sequence(lo, hi)))
-        .withColumn("session_hour", _hour_of_epoch(target))
+        .withColumn("session_hour", hour_of_epoch(target))
         .withColumn("window_end", F.timestamp_seconds((target + lookahead + 1) * 3600))
         .drop("_target")
     )
@@ -213,7 +216,13 @@ def build_sessions(
     payloads: DataFrame, first: str, last: str, lookback: int, lookahead: int
 ) -> DataFrame:
     """The sessions of session hours ``first..last`` from transformed ``payloads`` (received
-    hours of the whole read window, column ``hour``); ``SESSION_COLUMNS`` + ``hour``."""
+    hours of the whole read window, column ``hour``); ``SESSION_COLUMNS`` + ``hour``.
+
+    Each hour H is sessionized from its own window only (``assign_session_hours``) and
+    keeps the sessions whose start is in H. ``may_be_truncated``: the session's last
+    payload is at most 30 minutes before the end of the window read (the end of received
+    hour ``H + lookahead``), so a payload received after the window could continue it.
+    """
     windowed = assign_session_hours(
         payloads.select(*PAYLOAD_COLUMNS), first, last, lookback, lookahead
     )

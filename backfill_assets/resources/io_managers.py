@@ -36,22 +36,26 @@ def qualify(path: str) -> str:
     return f"file:{path}" if path.startswith("/") else path
 
 
-def partition_stats(df: DataFrame) -> dict[str, tuple[int, str]]:
-    """Rows and an order-independent checksum per hour, in one Spark action.
+def partition_stats(df: DataFrame) -> dict[str, tuple[int, str, str | None]]:
+    """Rows, an order-independent checksum and the code version per hour, in one Spark action.
 
     The checksum hashes every data column except the lineage columns, so the same input
-    and code give the same checksum in every run.
+    and code give the same checksum in every run; the code version is the rows' own
+    ``code_version`` lineage column (None for an hour without rows).
     """
     columns = [c for c in df.columns if c not in (*LINEAGE_COLUMNS, "hour", "version")]
+    code = F.max("code_version") if "code_version" in df.columns else F.lit(None)
     rows = (
         df.groupBy("hour")
         .agg(
             F.count(F.lit(1)).alias("rows"),
             F.sum(F.xxhash64(*columns).cast("decimal(38,0)")).alias("hash_sum"),
+            code.cast("string").alias("code_version"),
         )
         .collect()
     )
-    return {r["hour"]: (r["rows"], f"{r['rows']}:{r['hash_sum'] or 0}") for r in rows}
+    return {r["hour"]: (r["rows"], f"{r['rows']}:{r['hash_sum'] or 0}", r["code_version"])
+            for r in rows}
 
 
 class ShadowTableIOManager(dg.ConfigurableIOManager):
@@ -93,7 +97,8 @@ class ShadowTableIOManager(dg.ConfigurableIOManager):
         audit.append(self.spark, self.warehouse_dir, audit.SHADOW_PARTITIONS, [
             {"table_name": table, "hour": h, "version": version,
              "location": qualify(f"{version_root}/hour={h}"), "row_count": stats.get(h, (0, ""))[0],
-             "checksum": stats.get(h, (0, "0:0"))[1], "code_version": code_version,
+             "checksum": stats.get(h, (0, "0:0"))[1],
+             "code_version": stats.get(h, (0, "", None))[2] or code_version,
              "run_id": context.run_id, "written_at": now}
             for h in hours
         ])

@@ -1,0 +1,62 @@
+"""``backfill-assets report``: what a backfill read, wrote, published or held back, and why.
+
+Prints the report of one run (``--run``) or of every run of a backfill (``--backfill``: a
+Dagster backfill id, or a reconciliation request id), and writes the same as Markdown with
+a PNG chart of rows per hour before and after into ``--out`` (default
+``DATA_ROOT/reports/<id>``). For a dry run the report includes the per-partition diff of the
+shadow version against the published table (this starts Spark; ``--no-diff`` skips it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+from backfill_assets.cli.main import CommandError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    text = ("report what a backfill read, wrote, published or held back and why, rows before "
+            "and after per partition, checks, duration and throughput (text, Markdown, PNG)")
+    p = subparsers.add_parser("report", help=text, description=text)
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--run", metavar="RUN_ID", help="one run (e.g. a layer run of a backfill)")
+    which.add_argument("--backfill", metavar="ID",
+                       help="every run of a Dagster backfill or of a reconciliation request")
+    p.add_argument("--out", metavar="DIR",
+                   help="where to write report.md and rows_per_hour.png "
+                        "(default: DATA_ROOT/reports/<id>)")
+    p.add_argument("--no-diff", dest="diff", action="store_false",
+                   help="skip the dry-run diff (which starts Spark)")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from backfill_assets.instance import get_instance
+    from backfill_assets.layers.registry import LAYERS
+    from backfill_assets.publishing.publisher import Layer
+    from backfill_assets.reporting.diff import DiffCounts, diff_layer
+    from backfill_assets.reporting.report import ReportError, build_report
+    from backfill_assets.settings import Settings
+
+    settings = Settings.from_env()
+    sessions: list = []
+
+    def diff(layer: Layer, version: str, hours: list[str]) -> dict[str, dict[str, DiffCounts]]:
+        if not sessions:
+            from backfill_assets.resources.spark import spark_session
+
+            sessions.append(spark_session(settings))
+        return diff_layer(sessions[0], layer.pairs, version, hours)
+
+    try:
+        report = build_report(get_instance(settings), list(LAYERS.values()), run_id=args.run,
+                              backfill_id=args.backfill, diff=diff if args.diff else None)
+    except ReportError as exc:
+        raise CommandError(str(exc)) from None
+    ident = args.run or args.backfill
+    out = args.out or f"{settings.reports_dir}/{re.sub(r'[^A-Za-z0-9_.-]', '_', ident)}"
+    markdown, chart = report.write(out)
+    print(report.text(), end="")
+    print(f"\nwritten: {markdown} and {chart}")
+    return 0

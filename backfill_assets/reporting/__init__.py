@@ -1,0 +1,1 @@
+"""Backfill reports (text, Markdown, PNG chart) and dry-run diffs."""

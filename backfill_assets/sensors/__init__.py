@@ -1,0 +1,1 @@
+"""Sensors of the code location: reconciliation of backups against published data."""

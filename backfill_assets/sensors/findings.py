@@ -1,0 +1,612 @@
+"""Reconciliation: compare the closed backup manifests with what is published, pure functions.
+
+``find`` turns an inventory of the backup tree (``backups.inventory``) and the published
+state of every layer (``Published``, read from Dagster's records or from the ledger, see
+``sensors.state``) into ``Finding``s, per hour and, where it can tell, per client:
+
+Requested by a backfill (a backfill fixes them):
+
+- ``unpublished``: closed manifests, nothing published (unless within ``grace_hours`` of the
+  newest backup hour: the live pipeline's turn);
+- ``count_mismatch``: published rows + quarantined lines != the closed manifests' records;
+- ``manifest_appeared``: a client's manifest closed after the hour was published (the
+  published version read none of its files);
+- ``manifest_changed``: a client's files differ from those the published version read;
+- ``stale``: published by an older code version than the layer's current one;
+- ``outdated``: published before an upstream partition it reads was republished.
+
+Reported for a person (a backfill cannot fix them):
+
+- ``missing_hour``: no backup folder for any client and nothing published (an outage; a
+  person decides whether the hour really had no traffic: ``--allow-missing-hours``);
+- ``backup_problem``: open folder, unreadable manifest, missing part file...;
+- ``backup_gone``: rows published, but the backup folder is now gone or open.
+
+``plan`` turns the requested findings into the partition ranges to backfill: the affected
+hours of each layer (``launch.plan_ranges``: damaged received hours, then the session
+hours whose windows touch them), minus hours already being backfilled or requested for the
+same damage, merged into contiguous ranges and bounded by ``max_hours`` per evaluation.
+
+The first layer of the registry (``raw``) is the one that reads the backups; partitions of
+every layer but the session layer are received hours (``launch.plan_ranges``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from backfill_assets import tags
+from backfill_assets.backups.inventory import HourInventory
+from backfill_assets.layers.windows import received_window
+from backfill_assets.partitions import hour_range, shift_hour
+from backfill_assets.publishing.publisher import Layer
+
+MISSING_HOUR = "missing_hour"
+BACKUP_PROBLEM = "backup_problem"
+BACKUP_GONE = "backup_gone"
+UNPUBLISHED = "unpublished"
+COUNT_MISMATCH = "count_mismatch"
+MANIFEST_APPEARED = "manifest_appeared"
+MANIFEST_CHANGED = "manifest_changed"
+STALE = "stale"
+OUTDATED = "outdated"
+KINDS = (MISSING_HOUR, BACKUP_PROBLEM, BACKUP_GONE, UNPUBLISHED, COUNT_MISMATCH,
+         MANIFEST_APPEARED, MANIFEST_CHANGED, STALE, OUTDATED)
+
+REQUESTED_BY = "reconciliation-sensor"
+LAYER_TAG = f"{tags.PREFIX}/layer"  # the layer a run rebuilds (production tag concurrency)
+REQUEST_ID_TAG = f"{tags.PREFIX}/request_id"  # every run of one reconciliation request
+RANGE_START_TAG = "dagster/asset_partition_range_start"
+RANGE_END_TAG = "dagster/asset_partition_range_end"
+MAX_REASON_CHARS = 480
+
+PlanRanges = Callable[[Sequence[str], str, str], list[tuple[str, str, str]]]
+
+
+# ----------------------------------------------------------------------------- settings
+
+
+def _env_int(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
+    text = (env.get(name) or "").strip()
+    if not text:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{name}={text!r} is not a whole number") from None
+    if value < minimum:
+        raise ValueError(f"{name}={value} must be at least {minimum}")
+    return value
+
+
+@dataclass(frozen=True)
+class ReconcileConfig:
+    """Reconciliation settings (environment variables, read when definitions load).
+
+    - ``BACKFILL_RECONCILE_INTERVAL_SECONDS`` (300): the sensor's minimum interval;
+    - ``BACKFILL_MAX_HOURS_PER_TICK`` (48): hours one evaluation may request; beyond it
+      the rest is reported and waits (a group larger than the cap waits for a person);
+    - ``BACKFILL_RECONCILE_WINDOW_HOURS`` (168): the newest backup hours compared;
+    - ``BACKFILL_RECONCILE_GRACE_HOURS`` (2): newest hours left to the live pipeline when
+      unpublished.
+    """
+
+    interval_seconds: int = 300
+    max_hours_per_tick: int = 48
+    window_hours: int = 168
+    grace_hours: int = 2
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> ReconcileConfig:
+        env = os.environ if env is None else env
+        return cls(
+            interval_seconds=_env_int(env, "BACKFILL_RECONCILE_INTERVAL_SECONDS", 300, 1),
+            max_hours_per_tick=_env_int(env, "BACKFILL_MAX_HOURS_PER_TICK", 48, 1),
+            window_hours=_env_int(env, "BACKFILL_RECONCILE_WINDOW_HOURS", 168, 1),
+            grace_hours=_env_int(env, "BACKFILL_RECONCILE_GRACE_HOURS", 2, 0),
+        )
+
+
+# ------------------------------------------------------------------------------- model
+
+
+@dataclass(frozen=True)
+class Published:
+    """The published partition of a layer at an hour, as far as reconciliation needs it."""
+
+    layer: str
+    hour: str
+    rows: Mapping[str, int]  # published table -> row count of the published version
+    version: str | None  # shadow version (the run id that wrote it)
+    code_version: str | None  # code version that wrote it (None: unknown)
+    published_at: float | None  # epoch seconds the version was put in place
+    run_id: str | None = None  # the run that published it
+    # Backup-reading layer only: client_id -> {part file name: sha256} the version read;
+    # None when unknown (then only counts are compared).
+    read: Mapping[int, Mapping[str, str]] | None = None
+    manifest: Mapping[str, str] = field(default_factory=dict)  # reason, mode, ... of the run
+
+    @property
+    def lines(self) -> int:
+        return sum(self.rows.values())
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing reconciliation found at an hour of a layer (and client, when known)."""
+
+    layer: str
+    hour: str
+    kind: str
+    detail: str
+    client_id: int | None = None
+    actionable: bool = True  # a backfill fixes it (else: reported for a person)
+
+    @property
+    def key(self) -> str:
+        client = "-" if self.client_id is None else str(self.client_id)
+        return f"{self.layer}@{self.hour}:{self.kind}:{client}:{self.detail}"
+
+    def to_dict(self) -> dict:
+        return {"layer": self.layer, "hour": self.hour, "kind": self.kind,
+                "client_id": self.client_id, "actionable": self.actionable,
+                "detail": self.detail}
+
+
+@dataclass(frozen=True)
+class Window:
+    """The hours compared (``hours``) and the bounds of the backup tree (first, newest)."""
+
+    hours: tuple[str, ...]
+    earliest: str  # first hour present in the backup tree
+    newest: str  # newest hour present in the backup tree
+
+
+def digest(items: Iterable[str], size: int = 12) -> str:
+    return hashlib.sha256("\n".join(sorted(items)).encode()).hexdigest()[:size]
+
+
+def contiguous_ranges(hours: Iterable[str]) -> list[tuple[str, str]]:
+    """Sorted hour keys merged into inclusive ``(first, last)`` runs of consecutive hours."""
+    ranges: list[tuple[str, str]] = []
+    for hour in sorted(set(hours)):
+        if ranges and shift_hour(ranges[-1][1], 1) == hour:
+            ranges[-1] = (ranges[-1][0], hour)
+        else:
+            ranges.append((hour, hour))
+    return ranges
+
+
+def describe_hours(hours: Iterable[str]) -> str:
+    """``2026-11-20T09..2026-11-20T11, 2026-11-20T15`` for a set of hours."""
+    return ", ".join(a if a == b else f"{a}..{b}" for a, b in contiguous_ranges(hours))
+
+
+def _when(epoch: float | None) -> str:
+    if epoch is None:
+        return "an unknown time"
+    return datetime.fromtimestamp(epoch, tz=UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+# ------------------------------------------------------------------------------- find
+
+
+def _client_findings(layer: str, hour: str, inv: HourInventory, pub: Published) -> list[Finding]:
+    """Per client: the files of the closed manifests now vs the files the version read."""
+    assert pub.read is not None
+    now = {f.client_id: {p.name: p.sha256 for p in f.files}
+           for f in inv.folders if f.closed and f.records is not None}
+    folders = {f.client_id: f for f in inv.folders}
+    version = (pub.version or "?")[:8]
+    findings = []
+    for client in sorted(set(now) | set(pub.read)):
+        current, read = now.get(client), pub.read.get(client)
+        if current is not None and not read:
+            if current:  # a closed folder with files that the published version never saw
+                records = folders[client].records
+                findings.append(Finding(
+                    layer, hour, MANIFEST_APPEARED,
+                    f"client_id={client}: manifest of {records} record(s) in {len(current)} "
+                    f"file(s) closed after the hour was published (version {version} read "
+                    f"none of this client's files)", client))
+        elif current is None and read:
+            state = "open (no manifest)" if client in folders else "gone"
+            findings.append(Finding(
+                layer, hour, BACKUP_GONE,
+                f"client_id={client}: the published version read {len(read)} file(s); the "
+                f"folder is now {state}", client, actionable=False))
+        elif current is not None and current != read:
+            added = sorted(set(current) - set(read or {}))
+            removed = sorted(set(read or {}) - set(current))
+            changed = sorted(n for n in set(current) & set(read or {}) if current[n] != read[n])
+            parts = [f"{label} {', '.join(names)}" for label, names in
+                     (("new", added), ("removed", removed), ("different digest", changed))
+                     if names]
+            findings.append(Finding(
+                layer, hour, MANIFEST_CHANGED,
+                f"client_id={client}: manifest changed after the hour was published "
+                f"(version {version}): {'; '.join(parts)}", client))
+    return findings
+
+
+def _backup_findings(
+    layer: Layer, inventory: Mapping[str, HourInventory], published: Mapping[str, Published],
+    window: Window, grace_hours: int,
+) -> list[Finding]:
+    name = layer.name
+    findings: list[Finding] = []
+    grace_from = shift_hour(window.newest, -grace_hours + 1) if grace_hours else None
+    for hour, inv in sorted(inventory.items()):
+        pub = published.get(hour)
+        if not inv.exists:
+            if pub is None:
+                findings.append(Finding(
+                    name, hour, MISSING_HOUR,
+                    "no backup folder for any client (backup outage?): nothing to read and "
+                    "nothing published; backfill it with --allow-missing-hours only if the "
+                    "hour really had no traffic", actionable=False))
+            elif pub.lines:
+                findings.append(Finding(
+                    name, hour, BACKUP_GONE,
+                    f"{pub.lines} line(s) published, but the hour has no backup folder any "
+                    f"more", actionable=False))
+            continue
+        problems = inv.all_problems
+        if problems:
+            more = f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""
+            findings.append(Finding(
+                name, hour, BACKUP_PROBLEM,
+                "; ".join(problems[:3]) + more + " - waiting until the backup is consistent",
+                actionable=False))
+            continue
+        closed = [f for f in inv.folders if f.closed]
+        expected = inv.expected_records
+        if pub is None:
+            waiting = grace_from is not None and hour >= grace_from
+            findings.append(Finding(
+                name, hour, UNPUBLISHED,
+                f"{len(closed)} closed folder(s) with {expected} record(s), nothing published"
+                + (f" (within {grace_hours} h of the newest backup hour: the live pipeline's "
+                   f"turn)" if waiting else ""),
+                actionable=not waiting))
+            continue
+        if pub.lines != expected:
+            counts = " + ".join(f"{n} in {table}" for table, n in sorted(pub.rows.items()))
+            findings.append(Finding(
+                name, hour, COUNT_MISMATCH,
+                f"published {pub.lines} line(s) ({counts}) but the closed manifests now say "
+                f"{expected} ({expected - pub.lines:+d})"))
+        if pub.read is not None:
+            findings.extend(_client_findings(name, hour, inv, pub))
+    return findings
+
+
+def _stale(layer: Layer, published: Mapping[str, Published]) -> list[Finding]:
+    return [
+        Finding(layer.name, hour, STALE,
+                f"published by code version {pub.code_version}; the layer's code is now "
+                f"{layer.code_version}")
+        for hour, pub in sorted(published.items())
+        if pub.code_version is not None and pub.code_version != layer.code_version
+    ]
+
+
+def _outdated(
+    upstream: Layer, layer: Layer, published: Mapping[str, Mapping[str, Published]],
+    window: Window, plan: PlanRanges,
+) -> list[Finding]:
+    """Partitions of ``layer`` published before an upstream partition they read was."""
+    ups, downs = published.get(upstream.name, {}), published.get(layer.name, {})
+    newer: dict[str, list[str]] = defaultdict(list)
+    hours = set(window.hours)
+    for hour, up in ups.items():
+        if up.published_at is None:
+            continue
+        for name, first, last in plan([upstream.name, layer.name], hour, hour):
+            if name != layer.name:
+                continue
+            for target in hour_range(first, last):
+                down = downs.get(target)
+                if (target in hours and down is not None and down.published_at is not None
+                        and down.published_at < up.published_at):
+                    newer[target].append(hour)
+    return [
+        Finding(layer.name, target, OUTDATED,
+                f"published at {_when(downs[target].published_at)}, before {upstream.name} "
+                f"{describe_hours(sources)} that it reads was republished")
+        for target, sources in sorted(newer.items())
+    ]
+
+
+def find(
+    inventory: Mapping[str, HourInventory],
+    published: Mapping[str, Mapping[str, Published]],
+    layers: Sequence[Layer],
+    window: Window,
+    *,
+    grace_hours: int = 2,
+    plan: PlanRanges | None = None,
+) -> list[Finding]:
+    """Everything that differs between the backups (``inventory``) and ``published``.
+
+    ``layers`` in dependency order, the first reading the backups; ``published`` maps a
+    layer name to its published partitions in the window.
+    """
+    plan = plan or _plan_ranges
+    if not layers:
+        return []
+    findings = _backup_findings(layers[0], inventory, published.get(layers[0].name, {}),
+                                window, grace_hours)
+    for index, layer in enumerate(layers):
+        findings += _stale(layer, published.get(layer.name, {}))
+        if index:
+            findings += _outdated(layers[index - 1], layer, published, window, plan)
+    order = {layer.name: i for i, layer in enumerate(layers)}
+    return sorted(findings, key=lambda f: (f.hour, order[f.layer], KINDS.index(f.kind),
+                                           f.client_id or 0, f.detail))
+
+
+# ------------------------------------------------------------------------------- plan
+
+
+@dataclass(frozen=True)
+class RangeRequest:
+    """One partition range of one layer to backfill, and the findings behind it."""
+
+    layer: str
+    first: str
+    last: str
+    causes: tuple[Finding, ...]
+    fingerprint: str  # digest of the causes: the same damage gives the same fingerprint
+    allow_missing: tuple[str, ...] = ()  # hours outside the backup tree the run reads as empty
+
+    @property
+    def hours(self) -> int:
+        return len(hour_range(self.first, self.last))
+
+    @property
+    def run_key(self) -> str:
+        return f"reconcile:{self.layer}:{self.first}..{self.last}:{self.fingerprint}"
+
+    @property
+    def reason(self) -> str:
+        """What drifted, for the run's reason tag."""
+        by_kind: dict[tuple[str, str], set[str]] = defaultdict(set)
+        clients: dict[tuple[str, str], set[int]] = defaultdict(set)
+        for cause in self.causes:
+            by_kind[(cause.kind, cause.layer)].add(cause.hour)
+            if cause.client_id is not None:
+                clients[(cause.kind, cause.layer)].add(cause.client_id)
+        parts = []
+        for (kind, layer), hours in sorted(by_kind.items()):
+            who = clients.get((kind, layer))
+            suffix = f" (client {', '.join(map(str, sorted(who)))})" if who else ""
+            parts.append(f"{kind} in {layer} {describe_hours(hours)}{suffix}")
+        text = "reconciliation: " + "; ".join(parts)
+        return text if len(text) <= MAX_REASON_CHARS else text[: MAX_REASON_CHARS - 3] + "..."
+
+    def tags(self, request_id: str) -> dict[str, str]:
+        """The run tags of this request (run manifest + partition range)."""
+        result = {
+            RANGE_START_TAG: self.first,
+            RANGE_END_TAG: self.last,
+            tags.MODE: "backfill",
+            tags.REQUESTED_BY: REQUESTED_BY,
+            tags.REASON: self.reason,
+            LAYER_TAG: self.layer,
+            REQUEST_ID_TAG: request_id,
+        }
+        if self.allow_missing:
+            result[tags.ALLOW_MISSING_HOURS] = ",".join(self.allow_missing)
+        return result
+
+    def to_dict(self) -> dict:
+        return {"layer": self.layer, "first": self.first, "last": self.last,
+                "hours": self.hours, "reason": self.reason, "run_key": self.run_key,
+                "allow_missing_hours": list(self.allow_missing)}
+
+
+@dataclass
+class Plan:
+    """What to request now, what waits, and what is skipped (already handled)."""
+
+    requests: list[RangeRequest] = field(default_factory=list)
+    deferred: list[tuple[RangeRequest, str]] = field(default_factory=list)
+    skipped: dict[str, dict[str, str]] = field(default_factory=dict)  # layer -> hour -> why
+    targets: dict[str, dict[str, str]] = field(default_factory=dict)  # layer -> hour -> fp
+
+    def status(self, layer: str, hour: str) -> str:
+        """What this evaluation does about ``layer`` at ``hour``."""
+        for request in self.requests:
+            if request.layer == layer and request.first <= hour <= request.last:
+                return f"backfill requested: {layer} {request.first}..{request.last}"
+        for request, why in self.deferred:
+            if request.layer == layer and request.first <= hour <= request.last:
+                return f"not requested: {why}"
+        skipped = self.skipped.get(layer, {}).get(hour)
+        return f"not requested: {skipped}" if skipped else "reported"
+
+    @property
+    def requested_hours(self) -> int:
+        return len({h for r in self.requests for h in hour_range(r.first, r.last)})
+
+
+def _plan_ranges(layers: Sequence[str], first: str, last: str) -> list[tuple[str, str, str]]:
+    from backfill_assets.launch import plan_ranges  # launch imports the layer registry
+
+    return plan_ranges(layers, first, last)
+
+
+def _received_hour_layers() -> tuple[str, ...]:
+    from backfill_assets import launch
+
+    return tuple(getattr(launch, "RECEIVED_HOUR_LAYERS", launch.LAYERS))
+
+
+def allowed_outside(layer: str, first: str, last: str, window: Window) -> tuple[str, ...]:
+    """Hours a run of ``layer`` over ``first..last`` reads that lie outside the backup tree
+    (before its first hour or after its newest): they have no data yet or never will, so
+    the run may read them as empty. Only session layers read beyond their own hours."""
+    if layer in _received_hour_layers():
+        return ()
+    start, end = received_window(first)[0], received_window(last)[1]
+    return tuple(h for h in hour_range(start, end) if h < window.earliest or h > window.newest)
+
+
+def plan(
+    findings: Sequence[Finding],
+    layer_names: Sequence[str],
+    window: Window,
+    *,
+    max_hours: int,
+    in_flight: Mapping[str, Mapping[str, str]] | None = None,
+    requested: Mapping[str, Mapping[str, str]] | None = None,
+    plan_ranges: PlanRanges | None = None,
+) -> Plan:
+    """The ranges to request for the actionable ``findings``.
+
+    Each affected hour of a layer maps to the hours it damages in that layer and the layers
+    after it (``plan_ranges``), clipped to the backup tree. Hours being backfilled now
+    (``in_flight``: layer -> hour -> run id) or already requested for the same damage
+    (``requested``: layer -> hour -> fingerprint, the sensor's cursor) are skipped. The rest
+    are merged into contiguous ranges per layer; ranges that overlap in time form one group,
+    and groups are requested oldest first while their hours (distinct hours touched, any
+    layer) fit in ``max_hours``.
+    """
+    plan_ranges = plan_ranges or _plan_ranges
+    in_flight = in_flight or {}
+    requested = requested or {}
+    order = {name: i for i, name in enumerate(layer_names)}
+    causes: dict[tuple[str, str], set[Finding]] = defaultdict(set)
+    for finding in findings:
+        if finding.actionable and finding.layer in order:
+            causes[(finding.layer, finding.hour)].add(finding)
+    targets: dict[str, dict[str, set[Finding]]] = defaultdict(lambda: defaultdict(set))
+    for (layer, hour), found in causes.items():
+        downstream = list(layer_names[order[layer]:])
+        for name, first, last in plan_ranges(downstream, hour, hour):
+            for target in hour_range(first, last):
+                if window.earliest <= target <= window.newest:
+                    targets[name][target] |= found
+
+    result = Plan()
+    todo: dict[str, dict[str, set[Finding]]] = defaultdict(dict)
+    for layer, hours in targets.items():
+        for hour, found in hours.items():
+            fp = digest(f.key for f in found)
+            result.targets.setdefault(layer, {})[hour] = fp
+            if hour in in_flight.get(layer, {}):
+                why = f"being backfilled by run {in_flight[layer][hour]}"
+                result.skipped.setdefault(layer, {})[hour] = why
+            elif requested.get(layer, {}).get(hour) == fp:
+                why = ("already requested for this damage; not requested again until it "
+                       "changes (if that run failed, a person should look)")
+                result.skipped.setdefault(layer, {})[hour] = why
+            else:
+                todo[layer][hour] = found
+
+    ranges = []
+    for layer, hours in todo.items():
+        for first, last in contiguous_ranges(hours):
+            found = set().union(*(hours[h] for h in hour_range(first, last)))
+            ranges.append(RangeRequest(
+                layer, first, last, tuple(sorted(found, key=lambda f: f.key)),
+                digest(f.key for f in found), allowed_outside(layer, first, last, window)))
+    groups: list[list[RangeRequest]] = []
+    for request in sorted(ranges, key=lambda r: (r.first, r.last, order[r.layer])):
+        if groups and request.first <= shift_hour(max(r.last for r in groups[-1]), 1):
+            groups[-1].append(request)
+        else:
+            groups.append([request])
+    used = 0
+    for group in groups:
+        size = len({h for r in group for h in hour_range(r.first, r.last)})
+        if size > max_hours:
+            why = (f"{size} hours exceed the cap of {max_hours} per evaluation "
+                   f"(BACKFILL_MAX_HOURS_PER_TICK): a person should launch it")
+            result.deferred += [(r, why) for r in group]
+        elif used + size > max_hours:
+            why = f"cap of {max_hours} hours per evaluation reached; next evaluation"
+            result.deferred += [(r, why) for r in group]
+        else:
+            used += size
+            result.requests += group
+    result.requests.sort(key=lambda r: (order[r.layer], r.first))
+    return result
+
+
+
+# ----------------------------------------------------------------------------- result
+
+
+@dataclass
+class Reconciliation:
+    """One comparison: the window, what was found, and what to request."""
+
+    window: Window
+    findings: list[Finding]
+    plan: Plan
+    source: str  # where the published state came from: "dagster" or "ledger"
+    max_hours: int
+
+    @property
+    def actionable(self) -> list[Finding]:
+        return [f for f in self.findings if f.actionable]
+
+    def lines(self) -> list[str]:
+        """The human-readable account (CLI, demo, logs)."""
+        hours = self.window.hours
+        source = {"dagster": "Dagster's asset records", "ledger": "the publication ledger"}
+        out = [
+            f"Reconciliation of {hours[0]}..{hours[-1]} ({len(hours)} hour(s); backup tree "
+            f"{self.window.earliest}..{self.window.newest}; published state from "
+            f"{source.get(self.source, self.source)})",
+        ]
+        if not self.findings:
+            out.append("No findings: every closed manifest matches what is published.")
+        else:
+            out.append(f"{len(self.findings)} finding(s), {len(self.actionable)} to fix by a "
+                       f"backfill:")
+            width = max(len(f.layer) for f in self.findings)
+            kind_width = max(len(f.kind) for f in self.findings)
+            for f in self.findings:
+                mark = "" if f.actionable else "  [for a person]"
+                out.append(f"  {f.hour}  {f.layer:<{width}}  {f.kind:<{kind_width}}  "
+                           f"{f.detail}{mark}")
+        if self.plan.requests:
+            out.append(f"Ranges to request ({self.plan.requested_hours} hour(s) touched, cap "
+                       f"{self.max_hours} per evaluation), in this order:")
+            width = max(len(r.layer) for r in self.plan.requests)
+            for r in self.plan.requests:
+                out.append(f"  {r.layer:<{width}}  {r.first}..{r.last}  ({r.hours} h)  "
+                           f"{r.reason}")
+        elif self.actionable:
+            out.append("Nothing new to request.")
+        for r, why in self.plan.deferred:
+            out.append(f"  deferred: {r.layer} {r.first}..{r.last} ({r.hours} h): {why}")
+        for layer, skipped in sorted(self.plan.skipped.items()):
+            by_why: dict[str, list[str]] = defaultdict(list)
+            for hour, why in skipped.items():
+                by_why[why].append(hour)
+            for why, skipped_hours in sorted(by_why.items()):
+                out.append(f"  skipped: {layer} {describe_hours(skipped_hours)}: {why}")
+        return out
+
+    def to_dict(self) -> dict:
+        return {
+            "window": {"first": self.window.hours[0], "last": self.window.hours[-1],
+                       "hours": len(self.window.hours), "backups_earliest": self.window.earliest,
+                       "backups_newest": self.window.newest},
+            "source": self.source,
+            "findings": [f.to_dict() for f in self.findings],
+            "requests": [r.to_dict() for r in self.plan.requests],
+            "deferred": [{**r.to_dict(), "why": why} for r, why in self.plan.deferred],
+            "skipped": {layer: dict(sorted(h.items()))
+                        for layer, h in sorted(self.plan.skipped.items())},
+            "max_hours_per_tick": self.max_hours,
+        }

@@ -1,0 +1,205 @@
+"""The reconciliation sensor: finds broken hours on its own and requests scoped backfills.
+
+Every ``BACKFILL_RECONCILE_INTERVAL_SECONDS`` (on by default) it compares the newest
+backup hours with what is published (``sensors.findings``), reading only the backup store
+and the Dagster instance: it never starts Spark in the daemon. It then
+
+- records its findings where the UI shows them: one ``AssetObservation`` per hour with
+  findings on the layer's first published table (e.g. ``raw/payloads``), with the
+  findings and what the sensor did about them, and a "resolved" one when they are gone;
+- requests a run per layer and partition range (``launch.plan_ranges``: the damaged raw
+  hours, then transformed, then the session hours whose windows touch them), tagged with
+  the run manifest (reason = what drifted, requested_by = ``reconciliation-sensor``,
+  mode = ``backfill``), oldest first, at most ``BACKFILL_MAX_HOURS_PER_TICK`` hours;
+- never requests twice: hours that a queued or running run rebuilds are skipped, the
+  cursor remembers the damage each requested hour was requested for (same damage, no
+  new request, even if that run failed: a person looks), and each request has a run key.
+
+The local run queue runs one run at a time, in request order, so raw runs before the
+layers that read it.
+"""
+
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import dagster as dg
+
+from backfill_assets.layers import registry
+from backfill_assets.publishing.publisher import Layer
+from backfill_assets.resources.backup_store import BackupStore
+from backfill_assets.sensors.findings import ReconcileConfig, Reconciliation, digest
+from backfill_assets.sensors.state import (
+    asset_key,
+    layer_asset_keys,
+    published_from_instance,
+    reconcile,
+    reconcile_window,
+    runs_in_flight,
+)
+
+SENSOR_NAME = "reconciliation_sensor"
+
+
+@dataclass
+class Cursor:
+    """The sensor's memory between evaluations (JSON in the sensor cursor).
+
+    ``requested``: layer -> hour -> fingerprint of the damage it was requested for;
+    ``reported``: layer -> hour -> digest of the findings last recorded as an observation.
+    """
+
+    requested: dict[str, dict[str, str]] = field(default_factory=dict)
+    reported: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, text: str | None) -> "Cursor":
+        if not text:
+            return cls()
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return cls()  # an unreadable cursor only costs one repeated report
+        return cls(requested=data.get("requested", {}), reported=data.get("reported", {}))
+
+    def dump(self) -> str:
+        return json.dumps({"requested": self.requested, "reported": self.reported},
+                          sort_keys=True, separators=(",", ":"))
+
+
+@dataclass
+class Evaluation:
+    """One evaluation: the comparison, and what the sensor returns for it."""
+
+    reconciliation: Reconciliation | None
+    result: dg.SensorResult
+    request_id: str
+
+
+def _next_requested(result: Reconciliation, previous: Cursor) -> dict[str, dict[str, str]]:
+    """Hours requested now or before for damage that is still the same."""
+    targets = result.plan.targets
+    kept: dict[str, dict[str, str]] = {}
+    for layer, hours in previous.requested.items():
+        for hour, fp in hours.items():
+            if targets.get(layer, {}).get(hour) == fp:
+                kept.setdefault(layer, {})[hour] = fp
+    for request in result.plan.requests:
+        for hour, fp in targets.get(request.layer, {}).items():
+            if request.first <= hour <= request.last:
+                kept.setdefault(request.layer, {})[hour] = fp
+    return kept
+
+
+def _observations(
+    result: Reconciliation, previous: Cursor, layers: Sequence[Layer], request_id: str,
+) -> tuple[list[dg.AssetObservation], dict[str, dict[str, str]]]:
+    """Observations for hours whose findings (or what is done about them) changed."""
+    by_hour: dict[tuple[str, str], list] = {}
+    for finding in result.findings:
+        by_hour.setdefault((finding.layer, finding.hour), []).append(finding)
+    keys = {layer.name: asset_key(layer.pairs[0][1]) for layer in layers}
+    window = set(result.window.hours)
+    events: list[dg.AssetObservation] = []
+    reported: dict[str, dict[str, str]] = {}
+    for (layer, hour), found in sorted(by_hour.items()):
+        action = result.plan.status(layer, hour)
+        mark = digest([f.key for f in found] + [action.split(" by run ")[0]])
+        reported.setdefault(layer, {})[hour] = mark
+        if previous.reported.get(layer, {}).get(hour) == mark:
+            continue
+        requested = action.startswith("backfill requested")
+        events.append(dg.AssetObservation(
+            asset_key=keys[layer], partition=hour,
+            description=f"reconciliation: {', '.join(sorted({f.kind for f in found}))}",
+            metadata={
+                "reconciliation": "drift",
+                "kinds": ", ".join(sorted({f.kind for f in found})),
+                "findings": dg.MetadataValue.json([f.to_dict() for f in found]),
+                "action": action,
+                "request_id": request_id if requested else "",
+                "sensor": SENSOR_NAME,
+            },
+        ))
+    for layer, hours in sorted(previous.reported.items()):
+        for hour in sorted(hours):
+            if (layer, hour) not in by_hour and hour in window and layer in keys:
+                events.append(dg.AssetObservation(
+                    asset_key=keys[layer], partition=hour,
+                    description="reconciliation: resolved",
+                    metadata={"reconciliation": "resolved", "kinds": "", "action": "none",
+                              "sensor": SENSOR_NAME},
+                ))
+    return events, reported
+
+
+def evaluate(
+    instance: dg.DagsterInstance,
+    keys_by_layer: Mapping[str, Sequence[dg.AssetKey]],
+    backups: BackupStore,
+    config: ReconcileConfig,
+    cursor: str | None = None,
+    layers: Sequence[Layer] | None = None,
+) -> Evaluation:
+    """One evaluation of the sensor (also used by the demo): compare, plan, build requests."""
+    layers = list(registry.LAYERS.values()) if layers is None else list(layers)
+    previous = Cursor.parse(cursor)
+    request_id = f"reconcile-{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
+    window = reconcile_window(backups, config)
+    if window is None:
+        return Evaluation(None, dg.SensorResult(
+            skip_reason=f"no hour folders under {backups.root}/raw yet", cursor=cursor,
+        ), request_id)
+    published = published_from_instance(instance, layers, window.hours)
+    in_flight = runs_in_flight(instance, keys_by_layer)
+    result = reconcile(backups, published, layers, window, config, source="dagster",
+                       in_flight=in_flight, requested=previous.requested)
+    run_requests = [
+        dg.RunRequest(run_key=request.run_key, asset_selection=list(keys_by_layer[request.layer]),
+                      tags=request.tags(request_id))
+        for request in result.plan.requests
+    ]
+    events, reported = _observations(result, previous, layers, request_id)
+    next_cursor = Cursor(requested=_next_requested(result, previous), reported=reported).dump()
+    if run_requests:
+        sensor_result = dg.SensorResult(run_requests=run_requests, asset_events=events,
+                                        cursor=next_cursor)
+    else:
+        summary = (f"{len(result.findings)} finding(s), nothing new to request"
+                   if result.findings else "no findings: backups and published data agree")
+        sensor_result = dg.SensorResult(skip_reason=summary, asset_events=events,
+                                        cursor=next_cursor)
+    return Evaluation(result, sensor_result, request_id)
+
+
+def build_reconciliation_sensor(config: ReconcileConfig | None = None) -> dg.SensorDefinition:
+    """The sensor for the layers of the registry (settings from the environment)."""
+    config = config or ReconcileConfig.from_env()
+
+    @dg.sensor(
+        name=SENSOR_NAME,
+        minimum_interval_seconds=config.interval_seconds,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        target=dg.AssetSelection.groups(*registry.LAYERS),
+        description=(
+            "Compares the closed backup manifests with the published partitions (counts, "
+            "missing hours, manifests that appeared or changed after publishing, stale code "
+            "versions), records the findings as observations and requests scoped backfills. "
+            f"At most {config.max_hours_per_tick} hours per evaluation; no Spark."
+        ),
+    )
+    def reconciliation_sensor(
+        context: dg.SensorEvaluationContext, backups: BackupStore
+    ) -> dg.SensorResult:
+        layers = list(registry.LAYERS.values())
+        keys = layer_asset_keys(context.repository_def.assets_defs_by_key,
+                                [layer.name for layer in layers])
+        evaluation = evaluate(context.instance, keys, backups, config, context.cursor, layers)
+        if evaluation.reconciliation is not None:
+            for line in evaluation.reconciliation.lines():
+                context.log.info(line)
+        return evaluation.result
+
+    return reconciliation_sensor

@@ -1,0 +1,356 @@
+"""What reconciliation compares: the backup tree's hours, the published state, runs in flight.
+
+The published state has two readers that give the same ``findings.Published``:
+
+- ``published_from_instance`` (the source of truth of the sensor and, by default, of
+  ``backfill-assets reconcile``): Dagster's own records, no Spark. The latest
+  materialization of each published table per partition carries the per-hour row count,
+  shadow version and code version (``layers.common.publish_asset``); the shadow
+  materialization of the backup-reading layer's version carries the files it read
+  (``input_files_list``), which tells which client's manifest appeared or changed since.
+- ``published_from_ledger`` (``reconcile --source ledger``): the publication ledger and
+  ``audit.shadow_partitions``, one small Spark query; it also sees rollbacks made with the
+  CLI, but not which files a version read (then only counts are compared per hour).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import dagster as dg
+
+from backfill_assets.backups.inventory import take_inventory
+from backfill_assets.partitions import InvalidHourError, backup_hour_path, hour_range, parse_hour
+from backfill_assets.partitions import shift_hour as _shift
+from backfill_assets.publishing.publisher import Layer
+from backfill_assets.resources.backup_store import BackupStore
+from backfill_assets.sensors.findings import (
+    RANGE_END_TAG,
+    RANGE_START_TAG,
+    Published,
+    ReconcileConfig,
+    Reconciliation,
+    Window,
+    find,
+    plan,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+_DATE_DIR = re.compile(r"^date=(\d{4}-\d{2}-\d{2})$")
+_HOUR_DIR = re.compile(r"^hour=(\d{2})$")
+_READ_FILE = re.compile(r"^raw/(date=[^/]+/hour=\d{2})/client_id=(\d+)/([^/]+)$")
+ACTIVE_STATUSES = [
+    dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED,
+]
+PAGE = 500
+
+
+def asset_key(table: str) -> dg.AssetKey:
+    """``raw.payloads`` -> ``AssetKey(["raw", "payloads"])`` (tables are <db>.<table>)."""
+    return dg.AssetKey(table.split("."))
+
+
+# ------------------------------------------------------------------------- backup tree
+
+
+def _hours_of_date(store: BackupStore, date: str) -> list[str]:
+    hours = []
+    for entry in store.list_dir(f"raw/date={date}"):
+        match = _HOUR_DIR.match(entry)
+        if match:
+            try:
+                hours.append(f"{date}T{match.group(1)}")
+                parse_hour(hours[-1])
+            except InvalidHourError:
+                hours.pop()
+    return sorted(hours)
+
+
+def backup_bounds(store: BackupStore) -> tuple[str, str] | None:
+    """First and newest hour folders of the tree (a few listings), None if it is empty."""
+    dates = sorted(m.group(1) for d in store.list_dir("raw") if (m := _DATE_DIR.match(d)))
+    earliest = next((hours[0] for d in dates if (hours := _hours_of_date(store, d))), None)
+    newest = next((hours[-1] for d in reversed(dates) if (hours := _hours_of_date(store, d))),
+                  None)
+    return (earliest, newest) if earliest and newest else None
+
+
+def reconcile_window(
+    store: BackupStore, config: ReconcileConfig, first: str | None = None,
+    last: str | None = None,
+) -> Window | None:
+    """The hours to compare: ``first..last`` if given, else the newest
+    ``config.window_hours`` hours of the backup tree (None: empty tree, nothing given)."""
+    bounds = backup_bounds(store)
+    if bounds is None and not (first and last):
+        return None
+    earliest, newest = bounds or (first, last)
+    last = last or newest
+    first = first or max(earliest, _shift(last, -(config.window_hours - 1)))
+    return Window(tuple(hour_range(first, last)), earliest, newest)
+
+
+# --------------------------------------------------------------- published: Dagster records
+
+
+def metadata_value(metadata: Mapping[str, Any], key: str) -> Any:
+    """The plain value of a metadata entry (None if absent)."""
+    entry = metadata.get(key)
+    return getattr(entry, "value", entry)
+
+
+def text_or_none(value: Any) -> str | None:
+    """A metadata text, None for missing, empty or the string \"None\"."""
+    return None if value in (None, "", "None") else str(value)
+
+
+def partition_facts(metadata: Mapping[str, Any], hour: str) -> dict[str, Any]:
+    """Per-hour facts of a publish materialization, whichever way it was recorded."""
+    published = metadata_value(metadata, "published")
+    if isinstance(published, Mapping):  # one materialization for the range, facts by hour
+        info = dict(published.get(hour) or {})
+    else:  # one materialization per published hour (some hours were held back)
+        info = {key: metadata_value(metadata, key) for key in
+                ("status", "shadow_version", "row_count", "code_version")}
+    rows = text_or_none(info.get("row_count"))
+    return {
+        "status": text_or_none(info.get("status")) or "published",
+        "version": text_or_none(info.get("shadow_version")),
+        "rows": int(rows) if rows is not None else 0,
+        "code_version": text_or_none(info.get("code_version")),
+    }
+
+
+def _manifest(metadata: Mapping[str, Any]) -> dict[str, str]:
+    return {key: str(metadata_value(metadata, key) or "") for key in
+            ("run_id", "mode", "reason", "requested_by", "ticket", "backfill_id")
+            if key in metadata}
+
+
+def latest_by_partition(
+    instance: dg.DagsterInstance, key: dg.AssetKey, hours: Sequence[str],
+    before: float | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Newest materialization of ``key`` per hour (before epoch ``before`` if given): its
+    ``partition_facts``, run id, manifest, and the time its version was published (an
+    ``unchanged`` re-publish keeps the time of the publish that put the version there)."""
+    found: dict[str, dict[str, Any]] = {}
+    pending = set(hours)
+    cursor = None
+    while pending:
+        page = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=key, asset_partitions=sorted(pending),
+                                  before_timestamp=before),
+            limit=PAGE, cursor=cursor,
+        )
+        for record in page.records:
+            hour = record.partition_key
+            if hour not in pending or record.asset_materialization is None:
+                continue
+            metadata = record.asset_materialization.metadata
+            info = partition_facts(metadata, hour)
+            state = found.get(hour)
+            if state is None:
+                lineage_code = text_or_none(metadata_value(metadata, "code_version"))
+                code = info["code_version"] or lineage_code
+                state = found[hour] = {**info, "code_version": code, "published_at": None,
+                                       "seen_at": record.timestamp, "run_id": record.run_id,
+                                       "manifest": _manifest(metadata)}
+            if info["version"] != state["version"]:
+                # An older version: the current one was put in place by the oldest record
+                # of it seen so far (all of them were "unchanged" re-publishes).
+                state["published_at"] = state["seen_at"]
+                pending.discard(hour)
+                continue
+            state["seen_at"] = record.timestamp
+            if info["status"] != "unchanged":
+                state["published_at"] = record.timestamp
+                pending.discard(hour)
+        if not page.has_more:
+            break
+        cursor = page.cursor
+    for state in found.values():
+        if state["published_at"] is None:
+            state["published_at"] = state["seen_at"]
+    return found
+
+
+def _read_files(instance: dg.DagsterInstance, shadow: dg.AssetKey, version: str, hour: str,
+                ) -> tuple[dict[str, dict[int, dict[str, str]]] | None, str | None]:
+    """The files shadow version ``version`` read, by hour and client (None if unknown),
+    and the code version it was written with, from its shadow materialization."""
+    cursor = None
+    while True:
+        page = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=shadow, asset_partitions=[hour]), limit=20,
+            cursor=cursor)
+        for record in page.records:
+            if record.run_id != version or record.asset_materialization is None:
+                continue
+            metadata = record.asset_materialization.metadata
+            code = text_or_none(metadata_value(metadata, "code_version"))
+            listed = metadata_value(metadata, "input_files_list")
+            total = metadata_value(metadata, "input_files")
+            if not isinstance(listed, list) or total is None or len(listed) != int(total):
+                return None, code  # not recorded, or cut short: compare counts only
+            read: dict[str, dict[int, dict[str, str]]] = {}
+            for entry in listed:
+                match = _READ_FILE.match(str(entry.get("file", "")))
+                if match:
+                    files = read.setdefault(match.group(1), {}).setdefault(int(match.group(2)), {})
+                    files[match.group(3)] = str(entry.get("sha256"))
+            return read, code
+        if not page.has_more:
+            return None, None
+        cursor = page.cursor
+
+
+def published_from_instance(
+    instance: dg.DagsterInstance, layers: Sequence[Layer], hours: Sequence[str],
+) -> dict[str, dict[str, Published]]:
+    """Published partitions of ``layers`` in ``hours`` from Dagster's records (no Spark)."""
+    result: dict[str, dict[str, Published]] = {}
+    for index, layer in enumerate(layers):
+        tables = [published for _, published in layer.pairs]
+        latest = {table: latest_by_partition(instance, asset_key(table), hours)
+                  for table in tables}
+        main = latest[tables[0]]
+        read_by_version: dict[str, tuple[dict | None, str | None]] = {}
+        if index == 0:  # the backup-reading layer: which files did each version read?
+            shadow = asset_key(layer.checked_table)
+            for hour, state in sorted(main.items()):
+                version = state["version"]
+                if version and version not in read_by_version:
+                    read_by_version[version] = _read_files(instance, shadow, version, hour)
+        partitions = {}
+        for hour, state in main.items():
+            read, code = read_by_version.get(state["version"], (None, None))
+            per_hour = read.get(backup_hour_path(hour), {}) if read is not None else None
+            partitions[hour] = Published(
+                layer=layer.name, hour=hour,
+                rows={t: latest[t][hour]["rows"] for t in tables if hour in latest[t]},
+                version=state["version"], code_version=state["code_version"] or code,
+                published_at=state["published_at"], run_id=state["run_id"],
+                read=per_hour, manifest=state["manifest"],
+            )
+        result[layer.name] = partitions
+    return result
+
+
+# ------------------------------------------------------------------- published: the ledger
+
+
+def published_from_ledger(
+    spark: SparkSession, layers: Sequence[Layer], hours: Sequence[str],
+) -> dict[str, dict[str, Published]]:
+    """Published partitions of ``layers`` in ``hours`` from the ledger: the last committed
+    event per (table, hour), joined to ``audit.shadow_partitions`` by location (a rollback
+    event names the location, not the version). One Spark action over the audit tables."""
+    from pyspark.sql import Window as SparkWindow
+    from pyspark.sql import functions as F
+
+    from backfill_assets.publishing import audit
+    from backfill_assets.publishing.publisher import COMMIT
+
+    table_layer = {table: layer.name for layer in layers for _, table in layer.pairs}
+    ledger = audit.read(spark, audit.PUBLICATIONS).where(
+        (F.col("phase") == COMMIT) & F.col("table_name").isin(list(table_layer))
+        & F.col("hour").isin(list(hours)))
+    last = ledger.withColumn("rank", F.row_number().over(
+        SparkWindow.partitionBy("table_name", "hour").orderBy(F.col("recorded_at").desc())
+    )).where(F.col("rank") == 1)
+    shadows = audit.read(spark, audit.SHADOW_PARTITIONS).select(
+        F.col("location").alias("new_location"), F.col("version").alias("shadow_version"),
+        F.col("row_count").alias("shadow_rows"), F.col("code_version").alias("shadow_code"))
+    rows = last.join(shadows, "new_location", "left").collect()
+
+    main_table = {layer.name: layer.pairs[0][1] for layer in layers}
+    by_hour: dict[tuple[str, str], dict[str, Any]] = {}
+    for row in rows:
+        if row["new_location"] is None:  # rolled back to no partition at all
+            continue
+        layer = table_layer[row["table_name"]]
+        entry = by_hour.setdefault((layer, row["hour"]), {"rows": {}, "row": row})
+        count = row["row_count"] if row["row_count"] is not None else row["shadow_rows"]
+        entry["rows"][row["table_name"]] = int(count or 0)
+        if row["table_name"] == main_table[layer]:
+            entry["row"] = row
+    result: dict[str, dict[str, Published]] = {layer.name: {} for layer in layers}
+    for (layer, hour), entry in by_hour.items():
+        row = entry["row"]
+        result[layer][hour] = Published(
+            layer=layer, hour=hour, rows=entry["rows"],
+            version=row["version"] or row["shadow_version"],
+            code_version=row["code_version"] or row["shadow_code"],
+            published_at=row["recorded_at"].timestamp() if row["recorded_at"] else None,
+            run_id=row["run_id"],
+            manifest={k: row[k] or "" for k in ("reason", "requested_by", "ticket",
+                                                "backfill_id")},
+        )
+    return result
+
+
+# ---------------------------------------------------------------------------- runs
+
+
+def layer_asset_keys(
+    assets_defs_by_key: Mapping[dg.AssetKey, dg.AssetsDefinition], layers: Sequence[str],
+) -> dict[str, list[dg.AssetKey]]:
+    """The assets of each layer (its Dagster group), as ``launch.layer_keys`` selects them."""
+    keys: dict[str, list[dg.AssetKey]] = {layer: [] for layer in layers}
+    for key, assets_def in assets_defs_by_key.items():
+        group = assets_def.group_names_by_key.get(key)
+        if group in keys:
+            keys[group].append(key)
+    return {layer: sorted(k, key=lambda x: x.to_user_string()) for layer, k in keys.items()}
+
+
+def runs_in_flight(
+    instance: dg.DagsterInstance, keys_by_layer: Mapping[str, Sequence[dg.AssetKey]],
+) -> dict[str, dict[str, str]]:
+    """Hours of each layer that a queued or running run is rebuilding: layer -> hour -> run id
+    (whoever launched it: this sensor, the UI, the CLI)."""
+    result: dict[str, dict[str, str]] = {}
+    for run in instance.get_runs(filters=dg.RunsFilter(statuses=ACTIVE_STATUSES)):
+        first = run.tags.get(RANGE_START_TAG) or run.tags.get("dagster/partition")
+        last = run.tags.get(RANGE_END_TAG) or first
+        if not first or not last:
+            continue
+        try:
+            hours = hour_range(first, last)
+        except InvalidHourError:
+            continue
+        selection = run.asset_selection
+        for layer, keys in keys_by_layer.items():
+            if selection is None or selection & set(keys):
+                for hour in hours:
+                    result.setdefault(layer, {})[hour] = run.run_id
+    return result
+
+
+# ---------------------------------------------------------------------------- together
+
+
+def reconcile(
+    store: BackupStore,
+    published: Mapping[str, Mapping[str, Published]],
+    layers: Sequence[Layer],
+    window: Window,
+    config: ReconcileConfig,
+    *,
+    source: str,
+    in_flight: Mapping[str, Mapping[str, str]] | None = None,
+    requested: Mapping[str, Mapping[str, str]] | None = None,
+) -> Reconciliation:
+    """Inventory the window's backups, compare with ``published``, plan the requests."""
+    inventory = take_inventory(store, list(window.hours))
+    findings = find(inventory, published, layers, window, grace_hours=config.grace_hours)
+    planned = plan(findings, [layer.name for layer in layers], window,
+                   max_hours=config.max_hours_per_tick, in_flight=in_flight,
+                   requested=requested)
+    return Reconciliation(window, findings, planned, source, config.max_hours_per_tick)

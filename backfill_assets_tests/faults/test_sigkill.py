@@ -1,0 +1,114 @@
+"""Kill a real backfill process (SIGKILL) in the shadow write and in the publish swap.
+
+Each run is a real `backfill-assets` process with its own Spark, metastore and Dagster
+instance; the test reaches the exact crash point through a FIFO (no sleeps), kills the
+whole process group, then inspects the warehouse from another process.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from backfill_assets import faults
+from backfill_assets.generator import generate_backups
+
+pytestmark = pytest.mark.slow
+
+FIRST, LAST = "2026-11-20T00", "2026-11-20T03"
+BIN = Path(sys.executable).parent / "backfill-assets"
+INSPECT = """
+import json, sys
+from backfill_assets.layers.raw import LAYER
+from backfill_assets.publishing import publisher
+from backfill_assets.resources.spark import spark_session
+from backfill_assets.settings import Settings
+spark = spark_session(Settings.from_env())
+rows = spark.sql(
+    "SELECT hour, regexp_extract(input_file_name(), 'version=([^/]+)/', 1) AS version, "
+    "count(*) AS n FROM raw.payloads GROUP BY 1, 2").collect()
+pending = spark.sql(
+    "SELECT count(*) FROM audit.publications p WHERE phase = 'prepare' AND event_id NOT IN "
+    "(SELECT event_id FROM audit.publications WHERE phase <> 'prepare')").first()[0]
+print(json.dumps({
+    "versions": sorted([r.hour, r.version, r.n] for r in rows),
+    "verify": publisher.verify(spark, [t for _, t in LAYER.pairs]),
+    "pending": pending,
+}))
+"""
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    generate_backups(tmp_path / "backups", start=FIRST, hours=4, clients=2, users_per_client=20,
+                     seed=5, workers=1)
+    return {**os.environ, "BACKUP_ROOT": str(tmp_path / "backups"),
+            "DATA_ROOT": str(tmp_path / "data"), "DAGSTER_HOME": str(tmp_path / "home"),
+            "DAGSTER_DISABLE_TELEMETRY": "1"}
+
+
+def backfill(env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN), "backfill", "--from", FIRST, "--to", LAST, "--layers", "raw"],
+                          env=env, capture_output=True, text=True, timeout=600)
+
+
+def inspect(env: dict[str, str]) -> dict:
+    out = subprocess.run([sys.executable, "-c", INSPECT], env=env, capture_output=True, text=True,
+                         timeout=300, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def killed_at(env: dict[str, str], point: str, tmp_path: Path) -> None:
+    """Start a backfill, wait until it reaches ``point``, SIGKILL its process group."""
+    fifo = tmp_path / f"{point}.fifo"
+    os.mkfifo(fifo)
+    process = subprocess.Popen(
+        [str(BIN), "backfill", "--from", FIRST, "--to", LAST, "--layers", "raw"],
+        env={**env, "BACKFILL_ASSETS_PAUSE_AT": point, "BACKFILL_ASSETS_PAUSE_FIFO": str(fifo)},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    try:
+        with open(fifo) as reader:  # blocks until the process reaches the checkpoint
+            assert reader.read() == point
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=60)
+    assert process.returncode == -signal.SIGKILL
+
+
+def test_killed_runs_leave_old_or_complete_new_versions_and_rerun_converges(env, tmp_path):
+    first = backfill(env)
+    assert first.returncode == 0, first.stdout + first.stderr
+    baseline = inspect(env)
+    rows_per_hour = {hour: n for hour, _, n in baseline["versions"]}
+    old_version = {hour: version for hour, version, _ in baseline["versions"]}
+    assert sorted(rows_per_hour) == [f"2026-11-20T0{i}" for i in range(4)]
+    assert baseline["verify"] == [] and baseline["pending"] == 0
+
+    killed_at(env, faults.SHADOW_WRITE, tmp_path)
+    after_shadow_kill = inspect(env)
+    assert after_shadow_kill["versions"] == baseline["versions"]  # published data untouched
+    assert after_shadow_kill["verify"] == []
+
+    killed_at(env, faults.PUBLISH_SWAP, tmp_path)
+    mid_publish = inspect(env)
+    assert mid_publish["verify"] == []  # the ledger explains every partition's location
+    assert mid_publish["pending"] > 0  # a publish was interrupted between prepare and commit
+    per_hour: dict[str, list] = {}
+    for hour, version, n in mid_publish["versions"]:
+        per_hour.setdefault(hour, []).append((version, n))
+    swapped = [h for h, v in per_hour.items() if v[0][0] != old_version[h]]
+    assert len(swapped) == 1  # killed right after the first swap
+    for hour, versions in per_hour.items():
+        assert len(versions) == 1 and versions[0][1] == rows_per_hour[hour]  # complete versions
+
+    rerun = backfill(env)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    converged = inspect(env)
+    assert converged["verify"] == [] and converged["pending"] == 0
+    assert {h: n for h, _, n in converged["versions"]} == rows_per_hour
+    assert len({v for _, v, _ in converged["versions"]}) == 1  # one new complete version
