@@ -27,8 +27,8 @@ test: install check-java
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 ui: install check-java
-	$(BIN)/backfill-assets instance
-	$(BIN)/dagster dev -w workspace.yaml
+	$(BIN)/python -c 'from backfill_assets.instance import prepare_dagster_home as p; from backfill_assets.settings import Settings as S; print("DAGSTER_HOME:", p(S.from_env()))'
+	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p $(or $(PORT),3000)
 
 lint: install
 	$(BIN)/ruff check .

@@ -1,12 +1,13 @@
 """Publish locks: two runs never swap the pointers of the same layer at the same time.
 
-``publisher.publish`` and ``publisher.rollback`` run inside ``publish_lock(warehouse_dir,
-layer, holder=run_id)``. Locally (embedded metastore, one machine) the lock is an exclusive
-``fcntl.flock`` on ``<DATA_ROOT>/locks/publish-<layer>.lock``: the kernel releases it when
-the holder exits, even after ``kill -9``, so a crashed run never leaves a stale lock. The
-file holds the holder's run id, pid, host and start time, so a second run that waits names
-who it waits for, and fails after ``BACKFILL_LOCK_TIMEOUT_SECONDS`` (default 900) with a
-message naming the layer and the holder's run id.
+``publisher.publish`` and ``publisher.rollback`` (decorated with ``holding_publish_lock``)
+run inside ``publish_lock(warehouse_dir, layer, holder=run_id)``. Locally (embedded
+metastore, one machine) the lock is an exclusive ``fcntl.flock`` on
+``<DATA_ROOT>/locks/publish-<layer>.lock``: the kernel releases it when the holder exits,
+even after ``kill -9``, so a crashed run never leaves a stale lock. The file holds the
+holder's run id, pid, host and start time, so a second run that waits names whom it waits
+for, and fails after ``BACKFILL_LOCK_TIMEOUT_SECONDS`` (default 900) with a message naming
+the layer and the holder's run id.
 
 The lock is per layer, not per partition: publishing is a few metastore operations, so
 waiting for the other run's swap costs seconds, and a coarse lock cannot deadlock. It is not
@@ -26,6 +27,7 @@ the session, so also crash-safe), or a Dagster concurrency pool on the publish s
 from __future__ import annotations
 
 import fcntl
+import functools
 import json
 import logging
 import os
@@ -35,6 +37,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, TypeVar
 
 from backfill_assets.publishing.tables import identifier
 from backfill_assets.settings import is_uri
@@ -44,6 +47,7 @@ log = logging.getLogger(__name__)
 TIMEOUT_ENV = "BACKFILL_LOCK_TIMEOUT_SECONDS"
 DEFAULT_TIMEOUT_SECONDS = 900.0
 POLL_SECONDS = 0.2
+T = TypeVar("T")
 
 class PublishLockTimeout(RuntimeError):
     """Another run held the layer's publish lock for longer than the timeout."""
@@ -147,3 +151,16 @@ def publish_lock(
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+def holding_publish_lock(fn: Callable[..., T]) -> Callable[..., T]:
+    """Decorate ``fn(spark, warehouse_dir, layer, ..., run_id=...)`` (``publisher.publish``,
+    ``publisher.rollback``) to run inside the layer's publish lock, held by ``run_id``."""
+
+    @functools.wraps(fn)
+    def locked(spark: Any, warehouse_dir: str, layer: Any, *args: Any, run_id: str,
+               **kwargs: Any) -> T:
+        with publish_lock(warehouse_dir, layer.name, holder=run_id):
+            return fn(spark, warehouse_dir, layer, *args, run_id=run_id, **kwargs)
+
+    return locked

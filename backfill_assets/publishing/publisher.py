@@ -25,6 +25,7 @@ from pyspark.sql import functions as F
 
 from backfill_assets import faults
 from backfill_assets.publishing import audit
+from backfill_assets.publishing.lock import holding_publish_lock
 from backfill_assets.publishing.tables import (
     ensure_table,
     location,
@@ -170,6 +171,7 @@ def apply_swaps(spark: SparkSession, warehouse_dir: str, events: list[dict]) -> 
     audit.append(spark, warehouse_dir, audit.PUBLICATIONS, _ledger_rows(events, COMMIT))
 
 
+@holding_publish_lock
 def publish(
     spark: SparkSession,
     warehouse_dir: str,
@@ -260,6 +262,7 @@ def verify(spark: SparkSession, tables: Sequence[str]) -> list[str]:
     return problems
 
 
+@holding_publish_lock
 def rollback(
     spark: SparkSession, warehouse_dir: str, layer: Layer, hour: str, *, run_id: str, manifest: dict
 ) -> list[dict]:
