@@ -19,9 +19,12 @@ def build_definitions(settings: Settings) -> dg.Definitions:
     """Everything of the code location for ``settings`` (tests pass their own)."""
     return dg.Definitions(
         assets=[
-            raw_shadow, raw_published,
-            transformed_shadow, transformed_published,
-            aggregated_shadow, aggregated_published,
+            raw_shadow,
+            raw_published,
+            transformed_shadow,
+            transformed_published,
+            aggregated_shadow,
+            aggregated_published,
         ],
         asset_checks=[raw_checks, transformed_checks, aggregated_checks],
         resources=build_resources(settings),

@@ -55,7 +55,8 @@ def layer_keys(defs: dg.Definitions, layer: str, steps: str = "all") -> list[dg.
     ``publish`` ones only to publish what a dry run checked, or ``all``."""
     graph = defs.resolve_asset_graph()
     keys = [
-        key for key in graph.get_all_asset_keys()
+        key
+        for key in graph.get_all_asset_keys()
         if graph.get(key).group_name == layer
         and (steps == "all" or (key.path[0] == SHADOW_PREFIX) == (steps == "shadow"))
     ]
@@ -70,8 +71,12 @@ def validate_layers(layers: Sequence[str], known: Sequence[str] = LAYERS) -> lis
 
 
 def plan_ranges(
-    layers: Sequence[str], first: str, last: str, *,
-    lookback: int = DEFAULT_LOOKBACK_HOURS, lookahead: int = DEFAULT_LOOKAHEAD_HOURS,
+    layers: Sequence[str],
+    first: str,
+    last: str,
+    *,
+    lookback: int = DEFAULT_LOOKBACK_HOURS,
+    lookahead: int = DEFAULT_LOOKAHEAD_HOURS,
 ) -> list[tuple[str, str, str]]:
     """Partition range of each layer for ``first..last``.
 
@@ -91,8 +96,14 @@ def plan_ranges(
 
 
 def run_tags(
-    *, first: str, last: str, dry_run: bool, reason: str | None, ticket: str | None,
-    requested_by: str | None = None, extra: Mapping[str, str] | None = None,
+    *,
+    first: str,
+    last: str,
+    dry_run: bool,
+    reason: str | None,
+    ticket: str | None,
+    requested_by: str | None = None,
+    extra: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     result = {
         "dagster/asset_partition_range_start": first,
@@ -148,20 +159,41 @@ def launch(
         parse_hour(first), parse_hour(last)
         dry_run = steps == "shadow"
         keys = layer_keys(defs, layer, steps)
-        log.info("%s %s: %s..%s (%d hour(s)), assets %s", "dry run" if dry_run else steps,
-                 layer, first, last, len(hour_range(first, last)),
-                 ", ".join(k.to_user_string() for k in keys))
+        log.info(
+            "%s %s: %s..%s (%d hour(s)), assets %s",
+            "dry run" if dry_run else steps,
+            layer,
+            first,
+            last,
+            len(hour_range(first, last)),
+            ", ".join(k.to_user_string() for k in keys),
+        )
         started = time.monotonic()
         result = job.execute_in_process(
             instance=instance,
             asset_selection=keys,
-            tags=run_tags(first=first, last=last, dry_run=dry_run, reason=reason, ticket=ticket,
-                          requested_by=requested_by, extra=extra_tags),
+            tags=run_tags(
+                first=first,
+                last=last,
+                dry_run=dry_run,
+                reason=reason,
+                ticket=ticket,
+                requested_by=requested_by,
+                extra=extra_tags,
+            ),
             raise_on_error=False,
         )
         failures, checks = _summarize(result)
-        run = LayerRun(layer, first, last, result.run_id, result.success,
-                       time.monotonic() - started, failures, checks)
+        run = LayerRun(
+            layer,
+            first,
+            last,
+            result.run_id,
+            result.success,
+            time.monotonic() - started,
+            failures,
+            checks,
+        )
         runs.append(run)
         if on_run:
             on_run(run)

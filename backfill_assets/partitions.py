@@ -51,7 +51,10 @@ def hour_range(first: str, last: str) -> list[str]:
     start, end = parse_hour(first), parse_hour(last)
     if end < start:
         raise InvalidHourError(f"empty range: {last} is before {first}")
-    return [hour_key(start + timedelta(hours=i)) for i in range(int((end - start).total_seconds() // 3600) + 1)]
+    return [
+        hour_key(start + timedelta(hours=i))
+        for i in range(int((end - start).total_seconds() // 3600) + 1)
+    ]
 
 
 def backup_hour_path(key: str) -> str:

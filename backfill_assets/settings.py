@@ -1,12 +1,12 @@
 """Where things live: every path the project reads or writes, from the environment.
 
-| variable          | default (inside the checkout, git-ignored) | what |
-|-------------------|--------------------------------------------|------|
-| ``BACKUP_ROOT``   | ``var/backups``                            | backup tree to read (local path or ``s3://``) |
-| ``DATA_ROOT``     | ``var/data``                               | warehouse, metastore, ledger |
-| ``DAGSTER_HOME``  | ``var/dagster_home``                       | the Dagster instance |
-| ``SPARK_CONF_DIR``| ``spark``                                  | ``spark-defaults.conf``, profiles, log4j2 |
-| ``BACKFILL_ENV``  | ``local``                                  | ``local`` or ``production`` (resources, Spark profile) |
+- ``BACKUP_ROOT`` (``var/backups``): the backup tree to read (local path or ``s3://``).
+- ``DATA_ROOT`` (``var/data``): warehouse, embedded metastore, ledger.
+- ``DAGSTER_HOME`` (``var/dagster_home``): the Dagster instance.
+- ``SPARK_CONF_DIR`` (``spark``): ``spark-defaults.conf``, profiles, ``log4j2.properties``.
+- ``BACKFILL_ENV`` (``local``): ``local`` or ``production`` (resources, Spark profile).
+
+Defaults are inside the checkout and git-ignored.
 """
 
 from __future__ import annotations

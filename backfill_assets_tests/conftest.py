@@ -22,11 +22,13 @@ from backfill_assets.settings import Settings
 @pytest.fixture(scope="session")
 def base_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     root = tmp_path_factory.mktemp("suite")
-    return Settings.from_env({
-        "BACKUP_ROOT": str(root / "backups"),
-        "DATA_ROOT": str(root / "data"),
-        "DAGSTER_HOME": str(root / "dagster_home"),
-    })
+    return Settings.from_env(
+        {
+            "BACKUP_ROOT": str(root / "backups"),
+            "DATA_ROOT": str(root / "data"),
+            "DAGSTER_HOME": str(root / "dagster_home"),
+        }
+    )
 
 
 @pytest.fixture(scope="session")
@@ -55,7 +57,9 @@ def instance(tmp_path: Path) -> dg.DagsterInstance:
     """A real SQLite-backed Dagster instance in a temporary DAGSTER_HOME."""
     home = tmp_path / "dagster_home"
     home.mkdir()
-    with dg.DagsterInstance.local_temp(str(home), overrides={"telemetry": {"enabled": False}}) as inst:
+    with dg.DagsterInstance.local_temp(
+        str(home), overrides={"telemetry": {"enabled": False}}
+    ) as inst:
         yield inst
 
 
@@ -65,8 +69,14 @@ def make_backups(tmp_path: Path) -> Callable[..., Path]:
 
     def make(**kwargs) -> Path:
         root = tmp_path / f"backups{len(list(tmp_path.glob('backups*')))}"
-        options = {"start": "2026-11-20T00", "hours": 4, "clients": 2, "users_per_client": 25,
-                   "seed": 11, "workers": 1}
+        options = {
+            "start": "2026-11-20T00",
+            "hours": 4,
+            "clients": 2,
+            "users_per_client": 25,
+            "seed": 11,
+            "workers": 1,
+        }
         options.update(kwargs)
         generate_backups(root, **options)
         return root
@@ -94,8 +104,14 @@ def run_layers(
 
 
 def write_backup_folder(
-    root: Path, hour: str, client_id: int, files: dict[str, bytes], *,
-    manifest: dict | None = None, records: dict[str, int] | None = None, closed: bool = True,
+    root: Path,
+    hour: str,
+    client_id: int,
+    files: dict[str, bytes],
+    *,
+    manifest: dict | None = None,
+    records: dict[str, int] | None = None,
+    closed: bool = True,
 ) -> Path:
     """Write one (hour, client) folder by hand: ``files`` are compressed part-file bytes.
 
@@ -118,12 +134,22 @@ def write_backup_folder(
             count = zstandard.ZstdDecompressor().decompressobj().decompress(data).count(b"\n")
         except zstandard.ZstdError:
             count = 0
-        entries.append({"name": name, "records": (records or {}).get(name, count),
-                        "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+        entries.append(
+            {
+                "name": name,
+                "records": (records or {}).get(name, count),
+                "bytes": len(data),
+                "sha256": hashlib.sha256(data).hexdigest(),
+            }
+        )
     if closed:
-        body = {"client_id": client_id, "hour": f"{parse_hour(hour):%Y-%m-%dT%H}:00:00Z",
-                "records": sum(e["records"] for e in entries), "files": entries,
-                "closed_at": f"{parse_hour(hour):%Y-%m-%dT%H}:59:59Z"}
+        body = {
+            "client_id": client_id,
+            "hour": f"{parse_hour(hour):%Y-%m-%dT%H}:00:00Z",
+            "records": sum(e["records"] for e in entries),
+            "files": entries,
+            "closed_at": f"{parse_hour(hour):%Y-%m-%dT%H}:59:59Z",
+        }
         body.update(manifest or {})
         (folder / "_MANIFEST.json").write_text(json.dumps(body))
     return folder
@@ -143,7 +169,7 @@ def read_tree_lines(root: Path) -> tuple[list[tuple], list[tuple]]:
 
     import zstandard
 
-    from backfill_assets.backups.contract import Rejected, parse_line, parse_iso_ms
+    from backfill_assets.backups.contract import Rejected, parse_iso_ms, parse_line
 
     valid, malformed = [], []
     for manifest in sorted((root / "raw").glob("date=*/hour=*/client_id=*/_MANIFEST.json")):

@@ -42,7 +42,11 @@ def test_dagster_cli_validates_the_code_location(tmp_path: Path):
     dagster = Path(sys.executable).parent / "dagster"
     result = subprocess.run(
         [str(dagster), "definitions", "validate", "-w", str(PROJECT_ROOT / "workspace.yaml")],
-        env=env, capture_output=True, text=True, timeout=300, cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=PROJECT_ROOT,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "passed validation" in result.stdout + result.stderr

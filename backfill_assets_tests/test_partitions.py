@@ -27,8 +27,16 @@ def test_shift_and_backup_path():
 
 @pytest.mark.parametrize(
     "bad",
-    ["2026-11-20", "2026-11-20T3", "2026-11-20T24", "2026-13-01T00", "2026-11-20T00'; DROP",
-     "../2026-11-20T00", "2025-12-31T23", " 2026-11-20T00"],
+    [
+        "2026-11-20",
+        "2026-11-20T3",
+        "2026-11-20T24",
+        "2026-13-01T00",
+        "2026-11-20T00'; DROP",
+        "../2026-11-20T00",
+        "2025-12-31T23",
+        " 2026-11-20T00",
+    ],
 )
 def test_invalid_hours_are_rejected(bad: str):
     with pytest.raises(InvalidHourError):

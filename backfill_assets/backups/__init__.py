@@ -1,1 +1,2 @@
-"""Reading the backup tree: the contract (``contract``), the listing (``inventory``), Spark (``reader``)."""
+"""Reading the backup tree: the contract (``contract``), the listing (``inventory``),
+and Spark (``reader``)."""

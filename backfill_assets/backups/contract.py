@@ -126,7 +126,9 @@ def validate(record: object, client_id: int, hour_start_ms: int) -> Payload:
     device = _field(record, "device", str)
     referrer = record.get("referrer") if version == 2 else None
     if referrer is not None and not isinstance(referrer, str):
-        raise Rejected(WRONG_TYPE, f"referrer must be string or null, got {type(referrer).__name__}")
+        raise Rejected(
+            WRONG_TYPE, f"referrer must be string or null, got {type(referrer).__name__}"
+        )
     if not payload_id or not user_id:
         raise Rejected(BAD_VALUE, "payload_id and user_id must not be empty")
     if event_type not in EVENT_TYPES:
@@ -137,9 +139,13 @@ def validate(record: object, client_id: int, hour_start_ms: int) -> Payload:
     if parts.scheme.lower() not in ("http", "https") or not parts.netloc:
         raise Rejected(BAD_VALUE, f"page_url is not an absolute http(s) URL: {page_url!r}"[:200])
     if record_client != client_id:
-        raise Rejected(CLIENT_MISMATCH, f"client_id {record_client} in folder client_id={client_id}")
+        raise Rejected(
+            CLIENT_MISMATCH, f"client_id {record_client} in folder client_id={client_id}"
+        )
     if not hour_start_ms <= received_at_ms < hour_start_ms + 3_600_000:
-        raise Rejected(HOUR_MISMATCH, f"received_at {record['received_at']} outside the folder hour")
+        raise Rejected(
+            HOUR_MISMATCH, f"received_at {record['received_at']} outside the folder hour"
+        )
     return Payload(
         payload_id=payload_id,  # type: ignore[arg-type]
         client_id=record_client,  # type: ignore[arg-type]

@@ -65,7 +65,9 @@ class HourInventory:
         return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 
-def _read_manifest(store: BackupStore, folder_rel: str) -> tuple[dict | None, bytes | None, str | None]:
+def _read_manifest(
+    store: BackupStore, folder_rel: str
+) -> tuple[dict | None, bytes | None, str | None]:
     try:
         raw = store.read_bytes(f"{folder_rel}/{MANIFEST_NAME}")
     except FileNotFoundError:
@@ -82,15 +84,21 @@ def _read_manifest(store: BackupStore, folder_rel: str) -> tuple[dict | None, by
 def _folder(store: BackupStore, hour: str, client_id: int, rel: str) -> Folder:
     names = store.list_dir(rel)
     present = {n for n in names if _PART_FILE.match(n)}
-    problems = [f"{rel}/{n}: unexpected file in backup folder" for n in names
-                if n not in present and n != MANIFEST_NAME]
-    manifest, raw, error = _read_manifest(store, rel) if MANIFEST_NAME in names else (None, None, None)
+    problems = [
+        f"{rel}/{n}: unexpected file in backup folder"
+        for n in names
+        if n not in present and n != MANIFEST_NAME
+    ]
+    manifest, raw, error = (
+        _read_manifest(store, rel) if MANIFEST_NAME in names else (None, None, None)
+    )
     if error:
         problems.append(error)
     if manifest is None:
         if not error:
             problems.append(
-                f"{rel}: no {MANIFEST_NAME} (folder still being written, or the backup tool crashed)"
+                f"{rel}: no {MANIFEST_NAME} "
+                "(folder still being written, or the backup tool crashed)"
             )
         return Folder(hour, client_id, rel, False, None, (), None, tuple(problems))
 
@@ -112,11 +120,15 @@ def _folder(store: BackupStore, hour: str, client_id: int, rel: str) -> Folder:
         records = int(manifest["records"])
         listed_records = sum(int(e["records"]) for e in manifest["files"])
         if records != listed_records:
-            problems.append(f"{rel}: manifest records {records} != sum of its files {listed_records}")
+            problems.append(
+                f"{rel}: manifest records {records} != sum of its files {listed_records}"
+            )
     except (KeyError, TypeError, ValueError) as exc:
         problems.append(f"{rel}/{MANIFEST_NAME}: malformed manifest ({exc!r})")
         return Folder(hour, client_id, rel, True, None, (), None, tuple(problems))
-    problems.extend(f"{rel}/{n}: part file not listed in the manifest" for n in sorted(present - listed))
+    problems.extend(
+        f"{rel}/{n}: part file not listed in the manifest" for n in sorted(present - listed)
+    )
     sha = hashlib.sha256(raw or b"").hexdigest()
     return Folder(hour, client_id, rel, True, records, tuple(files), sha, tuple(problems))
 
@@ -129,12 +141,18 @@ def take_inventory(store: BackupStore, hours: list[str]) -> dict[str, HourInvent
         entries = store.list_dir(hour_rel)
         inventory = HourInventory(hour=hour, exists=bool(entries))
         if not entries:
-            inventory.problems.append(f"{hour_rel}: no backup folder for hour {hour} (backup outage?)")
+            inventory.problems.append(
+                f"{hour_rel}: no backup folder for hour {hour} (backup outage?)"
+            )
         for entry in entries:
             match = _CLIENT_DIR.match(entry)
             if not match:
-                inventory.problems.append(f"{hour_rel}/{entry}: unexpected entry (not client_id=<int>)")
+                inventory.problems.append(
+                    f"{hour_rel}/{entry}: unexpected entry (not client_id=<int>)"
+                )
                 continue
-            inventory.folders.append(_folder(store, hour, int(match.group(1)), f"{hour_rel}/{entry}"))
+            inventory.folders.append(
+                _folder(store, hour, int(match.group(1)), f"{hour_rel}/{entry}")
+            )
         result[hour] = inventory
     return result

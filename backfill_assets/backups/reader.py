@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
-from urllib.parse import unquote
 from dataclasses import dataclass
+from urllib.parse import unquote
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -58,8 +58,13 @@ def _decompress(data: bytes) -> bytes:
 
 
 def _parse_file(rel: str, content: bytes, exp: _Expected, rows: dict[str, list]) -> None:
-    def emit(kind: str, line_number: int | None, reason: str | None, raw: str | None,
-             payload: contract.Payload | None = None) -> None:
+    def emit(
+        kind: str,
+        line_number: int | None,
+        reason: str | None,
+        raw: str | None,
+        payload: contract.Payload | None = None,
+    ) -> None:
         rows["kind"].append(kind)
         rows["hour"].append(exp.hour)
         rows["client_id"].append(exp.client_id)
@@ -67,8 +72,15 @@ def _parse_file(rel: str, content: bytes, exp: _Expected, rows: dict[str, list])
         rows["line_number"].append(line_number)
         rows["reason"].append(reason)
         rows["raw_text"].append(raw)
-        for name in ("payload_id", "user_id", "event_type", "page_url", "device", "referrer",
-                     "schema_version"):
+        for name in (
+            "payload_id",
+            "user_id",
+            "event_type",
+            "page_url",
+            "device",
+            "referrer",
+            "schema_version",
+        ):
             rows[name].append(getattr(payload, name) if payload else None)
         rows["event_time"].append(payload.event_time_ms * 1000 if payload else None)
         rows["received_at"].append(payload.received_at_ms * 1000 if payload else None)
@@ -76,15 +88,23 @@ def _parse_file(rel: str, content: bytes, exp: _Expected, rows: dict[str, list])
     faults.checkpoint(faults.SHADOW_WRITE)
     digest = hashlib.sha256(content).hexdigest()
     if digest != exp.sha256:
-        emit(KIND_QUARANTINE, None,
-             f"{contract.FILE_DIGEST_MISMATCH}: sha256 {digest} != manifest {exp.sha256} "
-             f"({len(content)} bytes); {exp.records} lines not read", None)
+        emit(
+            KIND_QUARANTINE,
+            None,
+            f"{contract.FILE_DIGEST_MISMATCH}: sha256 {digest} != manifest {exp.sha256} "
+            f"({len(content)} bytes); {exp.records} lines not read",
+            None,
+        )
         return
     try:
         text = _decompress(content)
     except Exception as exc:  # zstd errors have no common base class worth naming
-        emit(KIND_QUARANTINE, None,
-             f"{contract.FILE_UNREADABLE}: {exc}; {exp.records} lines not read", None)
+        emit(
+            KIND_QUARANTINE,
+            None,
+            f"{contract.FILE_UNREADABLE}: {exc}; {exp.records} lines not read",
+            None,
+        )
         return
     lines = text.split(b"\n")
     if lines and lines[-1] == b"":
@@ -103,13 +123,18 @@ def _parser(expected: dict[str, _Expected]):
         import pyarrow as pa
 
         ts = pa.timestamp("us", tz="UTC")
-        types = {"client_id": pa.int64(), "line_number": pa.int64(), "schema_version": pa.int32(),
-                 "event_time": ts, "received_at": ts}
+        types = {
+            "client_id": pa.int64(),
+            "line_number": pa.int64(),
+            "schema_version": pa.int32(),
+            "event_time": ts,
+            "received_at": ts,
+        }
         for batch in batches:
             paths = batch.column("path").to_pylist()
             contents = batch.column("content").to_pylist()
             for path, content in zip(paths, contents, strict=True):
-                rel = unquote(path[path.rfind("raw/date="):])
+                rel = unquote(path[path.rfind("raw/date=") :])
                 rows: dict[str, list] = {c: [] for c in _COLUMNS}
                 _parse_file(rel, content, expected[rel], rows)
                 yield pa.RecordBatch.from_arrays(
@@ -123,8 +148,13 @@ def _parser(expected: dict[str, _Expected]):
 def read_folders(spark: SparkSession, store: BackupStore, folders: list[Folder]) -> DataFrame:
     """Every line of the closed folders' part files, parsed (schema ``PARSED_SCHEMA``)."""
     expected = {
-        f.rel_path: _Expected(folder.hour, int(parse_hour(folder.hour).timestamp() * 1000),
-                              folder.client_id, f.sha256, f.records)
+        f.rel_path: _Expected(
+            folder.hour,
+            int(parse_hour(folder.hour).timestamp() * 1000),
+            folder.client_id,
+            f.sha256,
+            f.records,
+        )
         for folder in folders
         for f in folder.files
     }

@@ -15,7 +15,9 @@ def written_hours(spark: SparkSession, table: str, version: str) -> list[str]:
     rows = (
         audit.read(spark, audit.SHADOW_PARTITIONS)
         .where((F.col("table_name") == table) & (F.col("version") == run_id(version)))
-        .select("hour").distinct().collect()
+        .select("hour")
+        .distinct()
+        .collect()
     )
     return sorted(r[0] for r in rows)
 
@@ -25,31 +27,55 @@ def shadow_version(spark: SparkSession, table: str, version: str) -> DataFrame:
 
 
 def record_all(
-    spark: SparkSession, warehouse_dir: str, table: str, version: str, hours: list[str],
+    spark: SparkSession,
+    warehouse_dir: str,
+    table: str,
+    version: str,
+    hours: list[str],
     outcomes: dict[str, dict[str, str]],
 ) -> None:
     """Append one row per (check, hour) to ``audit.check_results`` (the publisher's gate),
     in one Spark job; ``outcomes`` maps check name -> {failing hour: reason}."""
     now = audit.now()
-    audit.append(spark, warehouse_dir, audit.CHECK_RESULTS, [
-        {"table_name": table, "hour": h, "version": version, "check_name": name,
-         "passed": h not in failing, "detail": failing.get(h, "ok")[:2000], "run_id": version,
-         "checked_at": now}
-        for name, failing in outcomes.items()
-        for h in hours
-    ])
+    audit.append(
+        spark,
+        warehouse_dir,
+        audit.CHECK_RESULTS,
+        [
+            {
+                "table_name": table,
+                "hour": h,
+                "version": version,
+                "check_name": name,
+                "passed": h not in failing,
+                "detail": failing.get(h, "ok")[:2000],
+                "run_id": version,
+                "checked_at": now,
+            }
+            for name, failing in outcomes.items()
+            for h in hours
+        ],
+    )
 
 
 def record(
-    spark: SparkSession, warehouse_dir: str, table: str, version: str, check_name: str,
-    hours: list[str], failing: dict[str, str],
+    spark: SparkSession,
+    warehouse_dir: str,
+    table: str,
+    version: str,
+    check_name: str,
+    hours: list[str],
+    failing: dict[str, str],
 ) -> None:
     """``record_all`` for a single check."""
     record_all(spark, warehouse_dir, table, version, hours, {check_name: failing})
 
 
 def result(
-    check_name: str, asset_key: dg.AssetKey, hours: list[str], failing: dict[str, str],
+    check_name: str,
+    asset_key: dg.AssetKey,
+    hours: list[str],
+    failing: dict[str, str],
     metadata: dict,
 ) -> dg.AssetCheckResult:
     """One check result for the whole range.
@@ -60,18 +86,23 @@ def result(
     """
     passed = not failing
     severity = (
-        dg.AssetCheckSeverity.ERROR if failing and len(failing) == len(hours)
+        dg.AssetCheckSeverity.ERROR
+        if failing and len(failing) == len(hours)
         else dg.AssetCheckSeverity.WARN
     )
     names = sorted(failing)
     description = (
-        f"{len(hours)} hour(s) pass" if passed
+        f"{len(hours)} hour(s) pass"
+        if passed
         else f"{len(names)} of {len(hours)} hour(s) fail: {', '.join(names[:24])}"
         + (" ..." if len(names) > 24 else "")
     )
     return dg.AssetCheckResult(
-        check_name=check_name, asset_key=asset_key, passed=passed,
-        severity=severity, description=description,
+        check_name=check_name,
+        asset_key=asset_key,
+        passed=passed,
+        severity=severity,
+        description=description,
         metadata={
             "hours_checked": len(hours),
             "hours_failing": len(names),

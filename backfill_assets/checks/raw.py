@@ -1,6 +1,5 @@
 """Blocking checks of the raw shadow tables: pandera row rules and manifest reconciliation."""
 
-
 import dagster as dg
 from pyspark.sql import functions as F
 
@@ -47,11 +46,19 @@ def reconcile(inventory, counts: dict, allowed_missing: set[str]) -> dict[str, s
 
 @dg.multi_asset_check(
     specs=[
-        dg.AssetCheckSpec(ROW_RULES, asset=SHADOW_PAYLOADS, blocking=True,
-                          description="pandera: types, nullability and values of raw payloads"),
-        dg.AssetCheckSpec(MANIFEST_RECONCILIATION, asset=SHADOW_PAYLOADS, blocking=True,
-                          description="valid + quarantined lines = manifest records; no corrupt "
-                                      "file, open folder or missing hour"),
+        dg.AssetCheckSpec(
+            ROW_RULES,
+            asset=SHADOW_PAYLOADS,
+            blocking=True,
+            description="pandera: types, nullability and values of raw payloads",
+        ),
+        dg.AssetCheckSpec(
+            MANIFEST_RECONCILIATION,
+            asset=SHADOW_PAYLOADS,
+            blocking=True,
+            description="valid + quarantined lines = manifest records; no corrupt "
+            "file, open folder or missing hour",
+        ),
     ],
     can_subset=False,
 )
@@ -66,45 +73,78 @@ def raw_checks(
     hours = common.written_hours(spark, LAYER.checked_table, version)
     if not hours:
         for name in (ROW_RULES, MANIFEST_RECONCILIATION):
-            yield dg.AssetCheckResult(check_name=name, asset_key=SHADOW_PAYLOADS, passed=True,
-                                      description="this run wrote no raw shadow partition")
+            yield dg.AssetCheckResult(
+                check_name=name,
+                asset_key=SHADOW_PAYLOADS,
+                passed=True,
+                description="this run wrote no raw shadow partition",
+            )
         return
     payloads = common.shadow_version(spark, "shadow.raw_payloads", version)
     quarantine = common.shadow_version(spark, "shadow.raw_quarantine", version)
-    report = rules.evaluate(payloads, RawPayloadSchema, ["hour", "payload_id", "client_id",
-                                                          "event_type", "device"])
-    rule_failing = {h: ", ".join(f"{r}={n}" for r, n in v.items())
-                    for h, v in report.failing_hours.items()}
-    valid = payloads.select("hour", "client_id", F.lit(1).alias("valid"),
-                            F.lit(0).alias("quarantined"), F.lit(0).alias("bad"))
+    report = rules.evaluate(
+        payloads, RawPayloadSchema, ["hour", "payload_id", "client_id", "event_type", "device"]
+    )
+    rule_failing = {
+        h: ", ".join(f"{r}={n}" for r, n in v.items()) for h, v in report.failing_hours.items()
+    }
+    valid = payloads.select(
+        "hour",
+        "client_id",
+        F.lit(1).alias("valid"),
+        F.lit(0).alias("quarantined"),
+        F.lit(0).alias("bad"),
+    )
     rejected = quarantine.select(
-        "hour", "client_id", F.lit(0).alias("valid"),
+        "hour",
+        "client_id",
+        F.lit(0).alias("valid"),
         F.when(F.col("line_number").isNotNull(), 1).otherwise(0).alias("quarantined"),
         F.when(F.col("line_number").isNull(), 1).otherwise(0).alias("bad"),
     )
     totals = {
         (r["hour"], r["client_id"]): (r["valid"], r["quarantined"], r["bad"])
-        for r in valid.unionByName(rejected).groupBy("hour", "client_id")
-        .agg(*(F.sum(c).alias(c) for c in ("valid", "quarantined", "bad"))).collect()
+        for r in valid.unionByName(rejected)
+        .groupBy("hour", "client_id")
+        .agg(*(F.sum(c).alias(c) for c in ("valid", "quarantined", "bad")))
+        .collect()
     }
     counts = {k: (v[0] + v[1], v[2]) for k, v in totals.items()}
     inventory = take_inventory(backups, hours)
     allowed = tags.allowed_missing_hours(context.run.tags, hours)
     recon_failing = reconcile(inventory, counts, allowed)
     table = LAYER.checked_table
-    common.record_all(spark, warehouse.warehouse_dir, table, version, hours,
-                      {ROW_RULES: rule_failing, MANIFEST_RECONCILIATION: recon_failing})
+    common.record_all(
+        spark,
+        warehouse.warehouse_dir,
+        table,
+        version,
+        hours,
+        {ROW_RULES: rule_failing, MANIFEST_RECONCILIATION: recon_failing},
+    )
     for hour, reason in sorted({**rule_failing, **recon_failing}.items()):
         context.log.warning(f"raw {hour} fails: {reason}")
-    yield common.result(ROW_RULES, SHADOW_PAYLOADS, hours, rule_failing, {
-        "rows_checked": sum(v[0] for v in totals.values()),
-        "pandera_errors": json_metadata(report.pandera_errors),
-        "failing_examples": json_metadata(report.examples),
-    })
-    yield common.result(MANIFEST_RECONCILIATION, SHADOW_PAYLOADS, hours, recon_failing, {
-        "manifest_records": sum(inv.expected_records for inv in inventory.values()),
-        "lines_valid": sum(v[0] for v in totals.values()),
-        "lines_quarantined": sum(v[1] for v in totals.values()),
-        "unreadable_files": sum(v[2] for v in totals.values()),
-        "allowed_missing_hours": sorted(allowed & set(hours)),
-    })
+    yield common.result(
+        ROW_RULES,
+        SHADOW_PAYLOADS,
+        hours,
+        rule_failing,
+        {
+            "rows_checked": sum(v[0] for v in totals.values()),
+            "pandera_errors": json_metadata(report.pandera_errors),
+            "failing_examples": json_metadata(report.examples),
+        },
+    )
+    yield common.result(
+        MANIFEST_RECONCILIATION,
+        SHADOW_PAYLOADS,
+        hours,
+        recon_failing,
+        {
+            "manifest_records": sum(inv.expected_records for inv in inventory.values()),
+            "lines_valid": sum(v[0] for v in totals.values()),
+            "lines_quarantined": sum(v[1] for v in totals.values()),
+            "unreadable_files": sum(v[2] for v in totals.values()),
+            "allowed_missing_hours": sorted(allowed & set(hours)),
+        },
+    )

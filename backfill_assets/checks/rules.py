@@ -76,10 +76,17 @@ def evaluate(df: DataFrame, model: type, example_columns: list[str]) -> RuleRepo
         errors = dict(model.validate(df.limit(0)).pandera.errors or {})
     predicates = violation_predicates(model) if not errors else {}
     names = list(predicates)
-    rows = df.groupBy("hour").agg(
-        *[F.sum(F.when(p, 1).otherwise(0)).alias(f"r{i}") for i, p in enumerate(predicates.values())],
-        F.count(F.lit(1)).alias("rows"),
-    ).collect()
+    rows = (
+        df.groupBy("hour")
+        .agg(
+            *[
+                F.sum(F.when(p, 1).otherwise(0)).alias(f"r{i}")
+                for i, p in enumerate(predicates.values())
+            ],
+            F.count(F.lit(1)).alias("rows"),
+        )
+        .collect()
+    )
     hours = sorted(r["hour"] for r in rows)
     failing = {
         row["hour"]: {names[i]: int(row[f"r{i}"]) for i in range(len(names)) if row[f"r{i}"]}
@@ -94,8 +101,9 @@ def evaluate(df: DataFrame, model: type, example_columns: list[str]) -> RuleRepo
     examples = []
     if predicates:
         any_violation = reduce(lambda a, b: a | b, predicates.values())
-        examples = [r.asDict() for r in df.where(any_violation).select(*example_columns)
-                    .limit(5).collect()]
+        examples = [
+            r.asDict() for r in df.where(any_violation).select(*example_columns).limit(5).collect()
+        ]
     return RuleReport(
         passed=False,
         hours=hours,

@@ -9,21 +9,44 @@ from backfill_assets.cli.main import CommandError
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     for name, steps, text in (
-        ("backfill", None, "rebuild a range of hours: shadow write, checks, publish (or --dry-run)"),
+        (
+            "backfill",
+            None,
+            "rebuild a range of hours: shadow write, checks, publish (or --dry-run)",
+        ),
         ("publish", "publish", "publish the checked shadow versions of a range (after a dry run)"),
     ):
         p = subparsers.add_parser(name, help=text, description=text)
-        p.add_argument("--from", dest="first", required=True, metavar="YYYY-MM-DDTHH",
-                       help="first hour, UTC, inclusive")
-        p.add_argument("--to", dest="last", required=True, metavar="YYYY-MM-DDTHH",
-                       help="last hour, UTC, inclusive")
-        p.add_argument("--layers", default=None,
-                       help="comma-separated layers (default: all, in dependency order)")
+        p.add_argument(
+            "--from",
+            dest="first",
+            required=True,
+            metavar="YYYY-MM-DDTHH",
+            help="first hour, UTC, inclusive",
+        )
+        p.add_argument(
+            "--to",
+            dest="last",
+            required=True,
+            metavar="YYYY-MM-DDTHH",
+            help="last hour, UTC, inclusive",
+        )
+        p.add_argument(
+            "--layers",
+            default=None,
+            help="comma-separated layers (default: all, in dependency order)",
+        )
         if steps is None:
-            p.add_argument("--dry-run", action="store_true",
-                           help="write and check shadow tables only; publish nothing")
-            p.add_argument("--allow-missing-hours", action="store_true",
-                           help="publish hours with no backup folder at all as empty partitions")
+            p.add_argument(
+                "--dry-run",
+                action="store_true",
+                help="write and check shadow tables only; publish nothing",
+            )
+            p.add_argument(
+                "--allow-missing-hours",
+                action="store_true",
+                help="publish hours with no backup folder at all as empty partitions",
+            )
         p.add_argument("--reason", help="why (recorded in run tags, lineage and the ledger)")
         p.add_argument("--ticket", help="ticket reference (recorded like --reason)")
         p.add_argument("--requested-by", help="who asked (default: the current user)")
@@ -46,15 +69,19 @@ def run(args: argparse.Namespace) -> int:
     except (InvalidHourError, ValueError) as exc:
         raise CommandError(str(exc)) from None
     steps = args.steps or ("shadow" if args.dry_run else "all")
-    extra = {tags.ALLOW_MISSING_HOURS: "true"} if getattr(args, "allow_missing_hours", False) else {}
+    extra = (
+        {tags.ALLOW_MISSING_HOURS: "true"} if getattr(args, "allow_missing_hours", False) else {}
+    )
     settings = Settings.from_env()
     defs = build_definitions(settings)
     ranges = launching.plan_ranges(layers, args.first, args.last)
 
     def show(run: launching.LayerRun) -> None:
         state = "ok" if run.success else "FAILED"
-        print(f"[{state}] {run.layer} {run.first}..{run.last} ({run.hours} h) run {run.run_id} "
-              f"in {run.seconds:.1f}s")
+        print(
+            f"[{state}] {run.layer} {run.first}..{run.last} ({run.hours} h) run {run.run_id} "
+            f"in {run.seconds:.1f}s"
+        )
         for name, check in sorted(run.checks.items()):
             mark = "pass" if check["passed"] else f"FAIL ({check['severity']})"
             print(f"    check {name}: {mark} - {check['description']}")
@@ -62,11 +89,18 @@ def run(args: argparse.Namespace) -> int:
             print(f"    failure: {failure}")
 
     runs = launching.launch(
-        defs, get_instance(settings), ranges, steps=steps, reason=args.reason,
-        ticket=args.ticket, requested_by=args.requested_by, extra_tags=extra, on_run=show,
+        defs,
+        get_instance(settings),
+        ranges,
+        steps=steps,
+        reason=args.reason,
+        ticket=args.ticket,
+        requested_by=args.requested_by,
+        extra_tags=extra,
+        on_run=show,
     )
     failed = [r for r in runs if not r.success]
-    skipped = [layer for layer, _, _ in ranges[len(runs):]]
+    skipped = [layer for layer, _, _ in ranges[len(runs) :]]
     print(
         f"{'dry run' if steps == 'shadow' else steps}: {len(runs) - len(failed)} of {len(ranges)} "
         f"layer run(s) succeeded"

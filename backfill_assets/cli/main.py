@@ -12,7 +12,14 @@ import logging
 import sys
 
 SUBCOMMAND_MODULES = (
-    "generate", "backfill", "sql", "rollback", "halfcut", "reconcile", "report", "demo",
+    "generate",
+    "backfill",
+    "sql",
+    "rollback",
+    "halfcut",
+    "reconcile",
+    "report",
+    "demo",
 )
 
 

@@ -9,17 +9,24 @@ from backfill_assets.cli.main import CommandError
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "rollback", help="swap a layer's partitions of an hour back to their previous version",
+        "rollback",
+        help="swap a layer's partitions of an hour back to their previous version",
     )
     p.add_argument("--layer", required=True, help="layer name, e.g. raw")
-    p.add_argument("--hour", required=True, action="append", metavar="YYYY-MM-DDTHH",
-                   help="hour to roll back (repeatable)")
+    p.add_argument(
+        "--hour",
+        required=True,
+        action="append",
+        metavar="YYYY-MM-DDTHH",
+        help="hour to roll back (repeatable)",
+    )
     p.add_argument("--reason")
     p.add_argument("--ticket")
     p.add_argument("--requested-by")
     p.set_defaults(handler=run_rollback)
     v = subparsers.add_parser(
-        "verify", help="settle crashed publishes and check that the ledger agrees with the metastore",
+        "verify",
+        help="settle crashed publishes and check that the ledger agrees with the metastore",
     )
     v.set_defaults(handler=run_verify)
 
@@ -43,18 +50,29 @@ def run_rollback(args: argparse.Namespace) -> int:
         raise CommandError(str(exc)) from None
     settings = Settings.from_env()
     spark = spark_session(settings)
-    manifest = {"reason": args.reason, "ticket": args.ticket,
-                "requested_by": args.requested_by or getpass.getuser()}
+    manifest = {
+        "reason": args.reason,
+        "ticket": args.ticket,
+        "requested_by": args.requested_by or getpass.getuser(),
+    }
     operation = f"rollback-{uuid.uuid4().hex[:12]}"
     for hour in args.hour:
         try:
-            events = publisher.rollback(spark, settings.warehouse_dir, LAYERS[args.layer], hour,
-                                        run_id=operation, manifest=manifest)
+            events = publisher.rollback(
+                spark,
+                settings.warehouse_dir,
+                LAYERS[args.layer],
+                hour,
+                run_id=operation,
+                manifest=manifest,
+            )
         except publisher.PublishError as exc:
             raise CommandError(str(exc)) from None
         for e in events:
-            print(f"rolled back {e['table_name']} hour={hour}: {e['previous_location']} -> "
-                  f"{e['new_location'] or '(no partition)'}")
+            print(
+                f"rolled back {e['table_name']} hour={hour}: {e['previous_location']} -> "
+                f"{e['new_location'] or '(no partition)'}"
+            )
     return 0
 
 

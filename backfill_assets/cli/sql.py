@@ -16,9 +16,10 @@ FORMATS = ("table", "csv", "jsonl")
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "sql", help="run a read-only Spark SQL query on the tables and the ledger",
+        "sql",
+        help="run a read-only Spark SQL query on the tables and the ledger",
         description="Examples: SELECT hour, count(*) FROM raw.payloads GROUP BY hour; "
-                    "SELECT * FROM audit.publications ORDER BY recorded_at",
+        "SELECT * FROM audit.publications ORDER BY recorded_at",
     )
     p.add_argument("query", help="SELECT / WITH / SHOW / DESCRIBE / EXPLAIN statement")
     p.add_argument("--format", choices=FORMATS, default="table")
@@ -54,7 +55,9 @@ def run(args: argparse.Namespace) -> int:
                 writer.writerow([_plain(v) for v in row])
         else:
             materialized = [[str(_plain(v)) for v in row] for row in rows]
-            widths = [max([len(c)] + [len(r[i]) for r in materialized]) for i, c in enumerate(columns)]
+            widths = [
+                max([len(c)] + [len(r[i]) for r in materialized]) for i, c in enumerate(columns)
+            ]
             print("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)))
             for r in materialized:
                 print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)))

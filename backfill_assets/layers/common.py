@@ -1,6 +1,5 @@
 """What every layer shares: backfill policy, lineage columns and metadata, the publish asset."""
 
-
 import hashlib
 import json
 import time
@@ -46,7 +45,11 @@ def digest_of(items: list[str]) -> str:
 
 
 def publish_asset(
-    layer: publisher.Layer, *, name: str, group: str, descriptions: dict[str, str],
+    layer: publisher.Layer,
+    *,
+    name: str,
+    group: str,
+    descriptions: dict[str, str],
     deps: list[dg.AssetKey],
 ) -> dg.AssetsDefinition:
     """The published asset(s) of a layer: swap the checked shadow partitions into place.
@@ -57,15 +60,22 @@ def publish_asset(
     """
     specs = [
         dg.AssetSpec(
-            dg.AssetKey(table.split(".")), description=descriptions[table], group_name=group,
-            code_version=layer.code_version, partitions_def=hourly_partitions, deps=deps,
+            dg.AssetKey(table.split(".")),
+            description=descriptions[table],
+            group_name=group,
+            code_version=layer.code_version,
+            partitions_def=hourly_partitions,
+            deps=deps,
             kinds={"spark", "parquet"},
         )
         for _, table in layer.pairs
     ]
 
     @dg.multi_asset(
-        name=name, specs=specs, partitions_def=hourly_partitions, backfill_policy=SINGLE_RUN,
+        name=name,
+        specs=specs,
+        partitions_def=hourly_partitions,
+        backfill_policy=SINGLE_RUN,
         can_subset=False,
     )
     def _publish(
@@ -75,8 +85,12 @@ def publish_asset(
         started = time.monotonic()
         hours = list(context.partition_keys)
         outcomes = publisher.publish(
-            warehouse.spark, warehouse.warehouse_dir, layer, hours,
-            run_id=context.run_id, manifest=tags.run_manifest(context.run.tags),
+            warehouse.spark,
+            warehouse.warehouse_dir,
+            layer,
+            hours,
+            run_id=context.run_id,
+            manifest=tags.run_manifest(context.run.tags),
         )
         lineage = run_lineage(context, layer.code_version)
         held = {o.hour: o.reasons for o in outcomes if o.status == "held_back"}
@@ -89,15 +103,20 @@ def publish_asset(
         for hour, reasons in held.items():
             context.log.warning(f"{layer.name} {hour} held back: {'; '.join(reasons)}")
         for _, table in layer.pairs:
-            per_hour = {o.hour: {"status": o.status, "shadow_version": o.version,
-                                 **o.tables.get(table, {})} for o in done}
+            per_hour = {
+                o.hour: {"status": o.status, "shadow_version": o.version, **o.tables.get(table, {})}
+                for o in done
+            }
             if held:
                 # Only some hours pass: materialize exactly those partitions, then fail.
                 for hour, info in per_hour.items():
-                    context.log_event(dg.AssetMaterialization(
-                        asset_key=dg.AssetKey(table.split(".")), partition=hour,
-                        metadata={**lineage, **{k: str(v) for k, v in info.items()}},
-                    ))
+                    context.log_event(
+                        dg.AssetMaterialization(
+                            asset_key=dg.AssetKey(table.split(".")),
+                            partition=hour,
+                            metadata={**lineage, **{k: str(v) for k, v in info.items()}},
+                        )
+                    )
             else:
                 yield dg.MaterializeResult(
                     asset_key=dg.AssetKey(table.split(".")),

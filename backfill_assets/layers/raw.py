@@ -1,6 +1,5 @@
 """Raw layer: backup lines read into shadow tables, then published after the checks pass."""
 
-
 import time
 
 import dagster as dg
@@ -9,7 +8,14 @@ from pyspark.sql import functions as F
 
 from backfill_assets.backups.inventory import take_inventory
 from backfill_assets.backups.reader import KIND_PAYLOAD, KIND_QUARANTINE, read_folders
-from backfill_assets.layers.common import SINGLE_RUN, digest_of, json_metadata, publish_asset, run_lineage, with_lineage
+from backfill_assets.layers.common import (
+    SINGLE_RUN,
+    digest_of,
+    json_metadata,
+    publish_asset,
+    run_lineage,
+    with_lineage,
+)
 from backfill_assets.partitions import hourly_partitions
 from backfill_assets.publishing.publisher import Layer
 from backfill_assets.resources.backup_store import BackupStore
@@ -27,8 +33,16 @@ ROW_RULES = "raw_row_rules"
 MANIFEST_RECONCILIATION = "raw_manifest_reconciliation"
 
 PAYLOAD_COLUMNS = [
-    "payload_id", "client_id", "user_id", "event_time", "received_at", "event_type",
-    "page_url", "device", "referrer", "schema_version",
+    "payload_id",
+    "client_id",
+    "user_id",
+    "event_time",
+    "received_at",
+    "event_type",
+    "page_url",
+    "device",
+    "referrer",
+    "schema_version",
 ]
 QUARANTINE_COLUMNS = ["client_id", "file", "line_number", "reason", "raw_text"]
 
@@ -45,25 +59,29 @@ LAYER = Layer(
     name="raw_shadow",
     outs={
         "raw_payloads": dg.AssetOut(
-            key=SHADOW_PAYLOADS, io_manager_key="shadow_io_manager", group_name=GROUP,
-            code_version=CODE_VERSION, kinds={"spark", "parquet"},
+            key=SHADOW_PAYLOADS,
+            io_manager_key="shadow_io_manager",
+            group_name=GROUP,
+            code_version=CODE_VERSION,
+            kinds={"spark", "parquet"},
             description="Typed copy of every valid backup line of the hour (duplicates kept), "
-                        "one immutable shadow version per run.",
+            "one immutable shadow version per run.",
         ),
         "raw_quarantine": dg.AssetOut(
-            key=SHADOW_QUARANTINE, io_manager_key="shadow_io_manager", group_name=GROUP,
-            code_version=CODE_VERSION, kinds={"spark", "parquet"},
+            key=SHADOW_QUARANTINE,
+            io_manager_key="shadow_io_manager",
+            group_name=GROUP,
+            code_version=CODE_VERSION,
+            kinds={"spark", "parquet"},
             description="Backup lines and files that break the contract: file, line, reason, "
-                        "raw text; one shadow version per run.",
+            "raw text; one shadow version per run.",
         ),
     },
     partitions_def=hourly_partitions,
     backfill_policy=SINGLE_RUN,
     can_subset=False,
 )
-def raw_shadow(
-    context: dg.AssetExecutionContext, warehouse: Warehouse, backups: BackupStore
-):
+def raw_shadow(context: dg.AssetExecutionContext, warehouse: Warehouse, backups: BackupStore):
     """Read the closed backup folders of the hours into the raw shadow tables."""
     started = time.monotonic()
     hours = list(context.partition_keys)
@@ -120,9 +138,9 @@ raw_published = publish_asset(
     group=GROUP,
     descriptions={
         "raw.payloads": "Published raw payloads: a faithful typed copy of the valid backup "
-                        "lines of each received hour.",
+        "lines of each received hour.",
         "raw.quarantine": "Published quarantine: the malformed lines and unreadable files of "
-                          "each received hour, with the reason.",
+        "each received hour, with the reason.",
     },
     deps=[SHADOW_PAYLOADS, SHADOW_QUARANTINE],
 )

@@ -13,13 +13,18 @@ DEFAULT_LOOKBACK_HOURS = 3
 DEFAULT_LOOKAHEAD_HOURS = 3
 
 
-def received_window(hour: str, lookback: int = DEFAULT_LOOKBACK_HOURS,
-                    lookahead: int = DEFAULT_LOOKAHEAD_HOURS) -> tuple[str, str]:
+def received_window(
+    hour: str, lookback: int = DEFAULT_LOOKBACK_HOURS, lookahead: int = DEFAULT_LOOKAHEAD_HOURS
+) -> tuple[str, str]:
     """Received hours that sessions starting in ``hour`` are built from (inclusive)."""
     return shift_hour(hour, -lookback), shift_hour(hour, lookahead)
 
 
-def session_hours_touching(first: str, last: str, lookback: int = DEFAULT_LOOKBACK_HOURS,
-                           lookahead: int = DEFAULT_LOOKAHEAD_HOURS) -> tuple[str, str]:
+def session_hours_touching(
+    first: str,
+    last: str,
+    lookback: int = DEFAULT_LOOKBACK_HOURS,
+    lookahead: int = DEFAULT_LOOKAHEAD_HOURS,
+) -> tuple[str, str]:
     """Session hours whose window touches received hours ``first..last`` (inclusive)."""
     return shift_hour(first, -lookahead), shift_hour(last, lookback)

@@ -1,1 +1,2 @@
-"""Write-audit-publish: table DDL (``tables``), the ledger (``ledger``), the swap (``publisher``)."""
+"""Write-audit-publish: table DDL (``tables``), audit tables and ledger (``audit``), and
+the pointer swap (``publisher``)."""

@@ -41,8 +41,12 @@ _DDL: dict[str, str] = {
 }
 
 
-_TYPES = {"string": T.StringType(), "bigint": T.LongType(), "boolean": T.BooleanType(),
-          "timestamp": T.TimestampType()}
+_TYPES = {
+    "string": T.StringType(),
+    "bigint": T.LongType(),
+    "boolean": T.BooleanType(),
+    "timestamp": T.TimestampType(),
+}
 
 
 def schema(table: str) -> T.StructType:

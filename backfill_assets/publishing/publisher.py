@@ -86,7 +86,10 @@ def _check_outcomes(spark: SparkSession, table: str, versions: set[str]) -> dict
     )
     outcomes: dict[tuple[str, str], dict[str, tuple[bool, str]]] = {}
     for r in rows.orderBy("checked_at").collect():
-        outcomes.setdefault((r["hour"], r["version"]), {})[r["check_name"]] = (r["passed"], r["detail"])
+        outcomes.setdefault((r["hour"], r["version"]), {})[r["check_name"]] = (
+            r["passed"],
+            r["detail"],
+        )
     return outcomes
 
 
@@ -137,8 +140,9 @@ def _ensure_published_table(spark: SparkSession, warehouse_dir: str, shadow: str
     ensure_table(spark, published, schema, ["hour"], f"{warehouse_dir}/published/{database}/{name}")
 
 
-def _swap(spark: SparkSession, table: str, hour: str, previous: str | None,
-          new_location: str | None) -> None:
+def _swap(
+    spark: SparkSession, table: str, hour: str, previous: str | None, new_location: str | None
+) -> None:
     """One atomic metastore operation moving partition ``hour`` from ``previous`` to new."""
     spec = partition_spec(hour)
     exists = previous is not None
@@ -162,8 +166,13 @@ def apply_swaps(spark: SparkSession, warehouse_dir: str, events: list[dict]) -> 
         return
     audit.append(spark, warehouse_dir, audit.PUBLICATIONS, _ledger_rows(events, PREPARE))
     for index, event in enumerate(events):
-        _swap(spark, event["table_name"], event["hour"], event["previous_location"],
-              event["new_location"])
+        _swap(
+            spark,
+            event["table_name"],
+            event["hour"],
+            event["previous_location"],
+            event["new_location"],
+        )
         if index == 0:
             faults.checkpoint(faults.PUBLISH_SWAP)
     for table in sorted({e["table_name"] for e in events}):
@@ -192,15 +201,25 @@ def publish(
         if outcome.status != "published":
             continue
         for table, info in outcome.tables.items():
-            events.append({
-                "event_id": uuid.uuid4().hex, "table_name": table, "hour": outcome.hour,
-                "mode": PUBLISH, "run_id": run_id, "version": outcome.version,
-                "previous_location": info["previous_location"], "new_location": info["new_location"],
-                "row_count": info["row_count"], "checksum": info["checksum"],
-                "code_version": info["code_version"], "backfill_id": manifest.get("backfill_id"),
-                "reason": manifest.get("reason"), "requested_by": manifest.get("requested_by"),
-                "ticket": manifest.get("ticket"),
-            })
+            events.append(
+                {
+                    "event_id": uuid.uuid4().hex,
+                    "table_name": table,
+                    "hour": outcome.hour,
+                    "mode": PUBLISH,
+                    "run_id": run_id,
+                    "version": outcome.version,
+                    "previous_location": info["previous_location"],
+                    "new_location": info["new_location"],
+                    "row_count": info["row_count"],
+                    "checksum": info["checksum"],
+                    "code_version": info["code_version"],
+                    "backfill_id": manifest.get("backfill_id"),
+                    "reason": manifest.get("reason"),
+                    "requested_by": manifest.get("requested_by"),
+                    "ticket": manifest.get("ticket"),
+                }
+            )
     apply_swaps(spark, warehouse_dir, events)
     return outcomes
 
@@ -229,8 +248,14 @@ def recover(spark: SparkSession, warehouse_dir: str) -> list[dict]:
             continue
         current = partition_location(spark, e["table_name"], e["hour"])
         phase = COMMIT if current == e["new_location"] else ABORT
-        resolutions.append({**e, "phase": phase, "recorded_at": audit.now(),
-                            "reason": f"recovered after crash: {phase}"})
+        resolutions.append(
+            {
+                **e,
+                "phase": phase,
+                "recorded_at": audit.now(),
+                "reason": f"recovered after crash: {phase}",
+            }
+        )
     audit.append(spark, warehouse_dir, audit.PUBLICATIONS, resolutions)
     return resolutions
 
@@ -246,7 +271,9 @@ def verify(spark: SparkSession, tables: Sequence[str]) -> list[str]:
     for table in tables:
         hours = {h for (t, h) in state if t == table}
         if table_exists(spark, table):
-            hours |= {r[0].split("=", 1)[1] for r in spark.sql(f"SHOW PARTITIONS {table}").collect()}
+            hours |= {
+                r[0].split("=", 1)[1] for r in spark.sql(f"SHOW PARTITIONS {table}").collect()
+            }
         for hour in sorted(hours):
             current = partition_location(spark, table, hour)
             events = state.get((table, hour), [])
@@ -258,7 +285,10 @@ def verify(spark: SparkSession, tables: Sequence[str]) -> list[str]:
                 if e["phase"] == PREPARE and e["event_id"] not in outcome_ids:
                     allowed |= {e["previous_location"], e["new_location"]}
             if current not in allowed:
-                problems.append(f"{table} hour={hour}: metastore {current} not in ledger {sorted(map(str, allowed))}")
+                problems.append(
+                    f"{table} hour={hour}: metastore {current} "
+                    f"not in ledger {sorted(map(str, allowed))}"
+                )
     return problems
 
 
@@ -275,13 +305,24 @@ def rollback(
         if not committed:
             raise PublishError(f"{table} hour={hour}: nothing published, nothing to roll back")
         last = committed[-1]
-        events.append({
-            "event_id": uuid.uuid4().hex, "table_name": table, "hour": hour, "mode": ROLLBACK,
-            "run_id": run_id, "version": None, "previous_location": last["new_location"],
-            "new_location": last["previous_location"], "row_count": None, "checksum": None,
-            "code_version": None, "backfill_id": None,
-            "reason": manifest.get("reason") or f"rollback of event {last['event_id']}",
-            "requested_by": manifest.get("requested_by"), "ticket": manifest.get("ticket"),
-        })
+        events.append(
+            {
+                "event_id": uuid.uuid4().hex,
+                "table_name": table,
+                "hour": hour,
+                "mode": ROLLBACK,
+                "run_id": run_id,
+                "version": None,
+                "previous_location": last["new_location"],
+                "new_location": last["previous_location"],
+                "row_count": None,
+                "checksum": None,
+                "code_version": None,
+                "backfill_id": None,
+                "reason": manifest.get("reason") or f"rollback of event {last['event_id']}",
+                "requested_by": manifest.get("requested_by"),
+                "ticket": manifest.get("ticket"),
+            }
+        )
     apply_swaps(spark, warehouse_dir, events)
     return events

@@ -5,7 +5,6 @@ files themselves through ``spark_path`` (``file:`` locally, ``s3a://`` in produc
 Nothing here writes: backups are read-only input.
 """
 
-
 import os
 from pathlib import Path
 
@@ -62,7 +61,9 @@ class S3BackupStore(BackupStore):
         names: set[str] = set()
         paginator = self.s3.get_client().get_paginator("list_objects_v2")
         for page in paginator.paginate(Bucket=bucket, Prefix=prefix, Delimiter="/"):
-            names.update(p["Prefix"][len(prefix) :].rstrip("/") for p in page.get("CommonPrefixes", []))
+            names.update(
+                p["Prefix"][len(prefix) :].rstrip("/") for p in page.get("CommonPrefixes", [])
+            )
             names.update(o["Key"][len(prefix) :] for o in page.get("Contents", []))
         return sorted(n for n in names if n)
 

@@ -8,14 +8,11 @@ published pointer to it can never change under a reader. Each partition's row co
 checksum are recorded in ``audit.shadow_partitions`` and in the output's metadata.
 """
 
-
 import dagster as dg
 from dagster_pyspark import LazyPySparkResource
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import Window
+from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from backfill_assets import faults
 from backfill_assets.partitions import parse_hour
 from backfill_assets.publishing import audit
 from backfill_assets.publishing.tables import (
@@ -54,8 +51,9 @@ def partition_stats(df: DataFrame) -> dict[str, tuple[int, str, str | None]]:
         )
         .collect()
     )
-    return {r["hour"]: (r["rows"], f"{r['rows']}:{r['hash_sum'] or 0}", r["code_version"])
-            for r in rows}
+    return {
+        r["hour"]: (r["rows"], f"{r['rows']}:{r['hash_sum'] or 0}", r["code_version"]) for r in rows
+    }
 
 
 class ShadowTableIOManager(dg.ConfigurableIOManager):
@@ -81,8 +79,9 @@ class ShadowTableIOManager(dg.ConfigurableIOManager):
         root = self._root(table)
         version_root = f"{root}/version={version}"
         code_version = context.definition_metadata.get("code_version") or context.version
-        ensure_table(self.spark, table, obj.schema.add("version", "string"),
-                     SHADOW_PARTITION_COLUMNS, root)
+        ensure_table(
+            self.spark, table, obj.schema.add("version", "string"), SHADOW_PARTITION_COLUMNS, root
+        )
         context.log.info(f"writing {table} version {version} for {len(hours)} hour(s)")
         obj.write.mode("overwrite").partitionBy("hour").parquet(version_root)
         clauses = " ".join(
@@ -94,24 +93,39 @@ class ShadowTableIOManager(dg.ConfigurableIOManager):
         written = self.spark.table(table).where(F.col("version") == version)
         stats = partition_stats(written.where(F.col("hour").isin(hours)))
         now = audit.now()
-        audit.append(self.spark, self.warehouse_dir, audit.SHADOW_PARTITIONS, [
-            {"table_name": table, "hour": h, "version": version,
-             "location": qualify(f"{version_root}/hour={h}"), "row_count": stats.get(h, (0, ""))[0],
-             "checksum": stats.get(h, (0, "0:0"))[1],
-             "code_version": stats.get(h, (0, "", None))[2] or code_version,
-             "run_id": context.run_id, "written_at": now}
-            for h in hours
-        ])
-        context.add_output_metadata({
-            "table": table,
-            "version": version,
-            "location": dg.MetadataValue.path(version_root),
-            "rows_written": sum(s[0] for s in stats.values()),
-            "rows_per_hour": dg.MetadataValue.json({h: stats.get(h, (0, ""))[0] for h in hours}),
-            "checksum_per_hour": dg.MetadataValue.json(
-                {h: stats.get(h, (0, "0:0"))[1] for h in hours}
-            ),
-        })
+        audit.append(
+            self.spark,
+            self.warehouse_dir,
+            audit.SHADOW_PARTITIONS,
+            [
+                {
+                    "table_name": table,
+                    "hour": h,
+                    "version": version,
+                    "location": qualify(f"{version_root}/hour={h}"),
+                    "row_count": stats.get(h, (0, ""))[0],
+                    "checksum": stats.get(h, (0, "0:0"))[1],
+                    "code_version": stats.get(h, (0, "", None))[2] or code_version,
+                    "run_id": context.run_id,
+                    "written_at": now,
+                }
+                for h in hours
+            ],
+        )
+        context.add_output_metadata(
+            {
+                "table": table,
+                "version": version,
+                "location": dg.MetadataValue.path(version_root),
+                "rows_written": sum(s[0] for s in stats.values()),
+                "rows_per_hour": dg.MetadataValue.json(
+                    {h: stats.get(h, (0, ""))[0] for h in hours}
+                ),
+                "checksum_per_hour": dg.MetadataValue.json(
+                    {h: stats.get(h, (0, "0:0"))[1] for h in hours}
+                ),
+            }
+        )
 
     def load_input(self, context: dg.InputContext) -> DataFrame:
         """The newest shadow version of each requested hour."""
@@ -120,8 +134,10 @@ class ShadowTableIOManager(dg.ConfigurableIOManager):
         latest = (
             audit.read(self.spark, audit.SHADOW_PARTITIONS)
             .where((F.col("table_name") == table) & F.col("hour").isin(hours))
-            .withColumn("rank", F.row_number().over(
-                Window.partitionBy("hour").orderBy(F.col("written_at").desc())))
+            .withColumn(
+                "rank",
+                F.row_number().over(Window.partitionBy("hour").orderBy(F.col("written_at").desc())),
+            )
             .where(F.col("rank") == 1)
             .select("hour", "version")
         )

@@ -9,13 +9,22 @@ from backfill_assets.backups.contract import Rejected, parse_line
 
 HOUR = contract.parse_iso_ms("2026-11-20T03:00:00Z")
 V1 = {
-    "schema_version": 1, "payload_id": "p1", "client_id": 7, "user_id": "u1",
-    "event_time": "2026-11-20T03:15:42.123Z", "received_at": "2026-11-20T03:15:43.000Z",
-    "event_type": "pageview", "page_url": "https://Example.com/a/?utm_source=x#f",
+    "schema_version": 1,
+    "payload_id": "p1",
+    "client_id": 7,
+    "user_id": "u1",
+    "event_time": "2026-11-20T03:15:42.123Z",
+    "received_at": "2026-11-20T03:15:43.000Z",
+    "event_type": "pageview",
+    "page_url": "https://Example.com/a/?utm_source=x#f",
     "device": "mobile",
 }
-V2 = {**{k: v for k, v in V1.items() if k != "event_time"}, "schema_version": 2,
-      "event_time_ms": 1795144542123, "referrer": None}
+V2 = {
+    **{k: v for k, v in V1.items() if k != "event_time"},
+    "schema_version": 2,
+    "event_time_ms": 1795144542123,
+    "referrer": None,
+}
 
 
 def line(record: object) -> bytes:

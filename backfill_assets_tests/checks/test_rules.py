@@ -8,28 +8,44 @@ from backfill_assets.checks.rules import evaluate, violation_predicates
 from backfill_assets.checks.schemas import RawPayloadSchema
 
 T = datetime(2026, 11, 20, 3, 15)
-COLUMNS = ("payload_id string, client_id bigint, user_id string, event_time timestamp, "
-           "received_at timestamp, event_type string, page_url string, device string, "
-           "referrer string, schema_version int, run_id string, code_version string, hour string")
+COLUMNS = (
+    "payload_id string, client_id bigint, user_id string, event_time timestamp, "
+    "received_at timestamp, event_type string, page_url string, device string, "
+    "referrer string, schema_version int, run_id string, code_version string, hour string"
+)
 
 
 def row(**change):
-    base = {"payload_id": "p", "client_id": 1, "user_id": "u", "event_time": T, "received_at": T,
-            "event_type": "pageview", "page_url": "https://a/", "device": "mobile",
-            "referrer": None, "schema_version": 1, "run_id": "r", "code_version": "c",
-            "hour": "2026-11-20T03"}
+    base = {
+        "payload_id": "p",
+        "client_id": 1,
+        "user_id": "u",
+        "event_time": T,
+        "received_at": T,
+        "event_type": "pageview",
+        "page_url": "https://a/",
+        "device": "mobile",
+        "referrer": None,
+        "schema_version": 1,
+        "run_id": "r",
+        "code_version": "c",
+        "hour": "2026-11-20T03",
+    }
     base.update(change)
     return tuple(base[c.split()[0]] for c in COLUMNS.split(", "))
 
 
 def test_violations_are_counted_per_hour_and_rule(spark):
-    df = spark.createDataFrame([
-        row(),
-        row(event_type="hover"),
-        row(device=None, hour="2026-11-20T04", received_at=datetime(2026, 11, 20, 4, 1)),
-        row(hour="2026-11-20T05"),  # received_at outside its partition hour
-        row(hour="2026-11-20T06", received_at=datetime(2026, 11, 20, 6, 0)),
-    ], COLUMNS)
+    df = spark.createDataFrame(
+        [
+            row(),
+            row(event_type="hover"),
+            row(device=None, hour="2026-11-20T04", received_at=datetime(2026, 11, 20, 4, 1)),
+            row(hour="2026-11-20T05"),  # received_at outside its partition hour
+            row(hour="2026-11-20T06", received_at=datetime(2026, 11, 20, 6, 0)),
+        ],
+        COLUMNS,
+    )
 
     report = evaluate(df, RawPayloadSchema, ["hour", "payload_id"])
 
@@ -49,8 +65,9 @@ def test_violations_are_counted_per_hour_and_rule(spark):
 
 
 def test_a_clean_range_passes_and_schema_errors_fail_every_hour(spark):
-    clean = spark.createDataFrame([row(), row(hour="2026-11-20T04",
-                                              received_at=datetime(2026, 11, 20, 4))], COLUMNS)
+    clean = spark.createDataFrame(
+        [row(), row(hour="2026-11-20T04", received_at=datetime(2026, 11, 20, 4))], COLUMNS
+    )
     assert evaluate(clean, RawPayloadSchema, ["hour"]).passed
     broken = evaluate(clean.drop("device"), RawPayloadSchema, ["hour"])
     assert set(broken.failing_hours) == {"2026-11-20T03", "2026-11-20T04"}
@@ -59,6 +76,12 @@ def test_a_clean_range_passes_and_schema_errors_fail_every_hour(spark):
 
 def test_every_declared_rule_has_a_predicate():
     names = set(violation_predicates(RawPayloadSchema))
-    assert {"event_type:isin", "device:isin", "schema_version:isin", "payload_id:str_length",
-            "client_id:greater_than_or_equal_to", "received_at:in_partition_hour"} <= names
+    assert {
+        "event_type:isin",
+        "device:isin",
+        "schema_version:isin",
+        "payload_id:str_length",
+        "client_id:greater_than_or_equal_to",
+        "received_at:in_partition_hour",
+    } <= names
     assert isinstance(RawPayloadSchema, type) and issubclass(RawPayloadSchema, pa.DataFrameModel)

@@ -44,21 +44,43 @@ print(json.dumps({
 
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
-    generate_backups(tmp_path / "backups", start=FIRST, hours=4, clients=2, users_per_client=20,
-                     seed=5, workers=1)
-    return {**os.environ, "BACKUP_ROOT": str(tmp_path / "backups"),
-            "DATA_ROOT": str(tmp_path / "data"), "DAGSTER_HOME": str(tmp_path / "home"),
-            "DAGSTER_DISABLE_TELEMETRY": "1"}
+    generate_backups(
+        tmp_path / "backups",
+        start=FIRST,
+        hours=4,
+        clients=2,
+        users_per_client=20,
+        seed=5,
+        workers=1,
+    )
+    return {
+        **os.environ,
+        "BACKUP_ROOT": str(tmp_path / "backups"),
+        "DATA_ROOT": str(tmp_path / "data"),
+        "DAGSTER_HOME": str(tmp_path / "home"),
+        "DAGSTER_DISABLE_TELEMETRY": "1",
+    }
 
 
 def backfill(env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN), "backfill", "--from", FIRST, "--to", LAST, "--layers", "raw"],
-                          env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [str(BIN), "backfill", "--from", FIRST, "--to", LAST, "--layers", "raw"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def inspect(env: dict[str, str]) -> dict:
-    out = subprocess.run([sys.executable, "-c", INSPECT], env=env, capture_output=True, text=True,
-                         timeout=300, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", INSPECT],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -69,7 +91,9 @@ def killed_at(env: dict[str, str], point: str, tmp_path: Path) -> None:
     process = subprocess.Popen(
         [str(BIN), "backfill", "--from", FIRST, "--to", LAST, "--layers", "raw"],
         env={**env, "BACKFILL_ASSETS_PAUSE_AT": point, "BACKFILL_ASSETS_PAUSE_FIFO": str(fifo)},
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     try:
         with open(fifo) as reader:  # blocks until the process reaches the checkpoint

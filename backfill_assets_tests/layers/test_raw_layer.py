@@ -19,9 +19,11 @@ HOURS = hour_range(FIRST, LAST)
 
 def published_rows(spark) -> list[tuple]:
     spark.catalog.refreshTable("raw.payloads")
-    rows = spark.table("raw.payloads").select(
-        "payload_id", F.unix_millis("received_at").alias("ms"), "client_id"
-    ).collect()
+    rows = (
+        spark.table("raw.payloads")
+        .select("payload_id", F.unix_millis("received_at").alias("ms"), "client_id")
+        .collect()
+    )
     return sorted(tuple(r) for r in rows)
 
 
@@ -64,14 +66,28 @@ def test_rerun_is_idempotent_and_rollback_restores_previous_version(
         checksums.setdefault((row.table_name, row.hour), set()).add(row.checksum)
     assert all(len(values) == 1 for values in checksums.values()), "same input, same checksum"
 
-    publisher.rollback(spark, str(Path(spark.conf.get("spark.sql.warehouse.dir"))), LAYER,
-                       "2026-11-20T01", run_id="rollback-test", manifest={"reason": "test"})
+    publisher.rollback(
+        spark,
+        str(Path(spark.conf.get("spark.sql.warehouse.dir"))),
+        LAYER,
+        "2026-11-20T01",
+        run_id="rollback-test",
+        manifest={"reason": "test"},
+    )
     after = locations(spark)
     assert after["2026-11-20T01"] == first_locations["2026-11-20T01"]
     assert after["2026-11-20T02"] == second_locations["2026-11-20T02"]
-    events = [r.mode for r in audit.read(spark, audit.PUBLICATIONS).where(
-        (F.col("table_name") == "raw.payloads") & (F.col("hour") == "2026-11-20T01")
-        & (F.col("phase") == "commit")).orderBy("recorded_at").collect()]
+    events = [
+        r.mode
+        for r in audit.read(spark, audit.PUBLICATIONS)
+        .where(
+            (F.col("table_name") == "raw.payloads")
+            & (F.col("hour") == "2026-11-20T01")
+            & (F.col("phase") == "commit")
+        )
+        .orderBy("recorded_at")
+        .collect()
+    ]
     assert events == ["publish", "publish", "rollback"]
     assert publisher.verify(spark, ["raw.payloads", "raw.quarantine"]) == []
 
@@ -101,12 +117,15 @@ def test_failing_hour_is_held_back_and_named_while_others_publish(
     assert [r for r in published_rows(spark) if r in bad_rows] == bad_rows
     status = instance.get_status_by_partition(PAYLOADS, HOURS, LAYER_PARTITIONS())
     assert status[bad_hour] == dg.AssetPartitionStatus.FAILED
-    corrupt = spark.table("shadow.raw_quarantine").where(
-        F.col("reason").startswith("file_digest_mismatch")).count()
+    corrupt = (
+        spark.table("shadow.raw_quarantine")
+        .where(F.col("reason").startswith("file_digest_mismatch"))
+        .count()
+    )
     assert corrupt == 1
 
 
-def LAYER_PARTITIONS():  # noqa: N802 - reads as a constant at the call site
+def LAYER_PARTITIONS():
     from backfill_assets.partitions import hourly_partitions
 
     return hourly_partitions
@@ -131,9 +150,11 @@ def test_dry_run_publishes_nothing_then_publish_uses_the_checked_versions(
 def test_bad_input_is_quarantined_or_held_back_with_named_reasons(
     spark, tmp_path: Path, run_layers
 ):
-    good = ('{"payload_id":"p%d","client_id":1,"user_id":"u","event_time":'
-            '"2026-11-20T00:10:00.000Z","received_at":"2026-11-20T00:10:01.000Z",'
-            '"event_type":"pageview","page_url":"https://a.example/","device":"mobile"%s}')
+    good = (
+        '{"payload_id":"p%d","client_id":1,"user_id":"u","event_time":'
+        '"2026-11-20T00:10:00.000Z","received_at":"2026-11-20T00:10:01.000Z",'
+        '"event_type":"pageview","page_url":"https://a.example/","device":"mobile"%s}'
+    )
     root = tmp_path / "tree"
     junk = [
         "not json",
@@ -142,16 +163,27 @@ def test_bad_input_is_quarantined_or_held_back_with_named_reasons(
         good.replace('"client_id":1', '"client_id":"1"') % (91, ""),  # mistyped
         good.replace("pageview", "hover") % (92, ""),  # unknown event_type
     ]
-    write_backup_folder(root, "2026-11-20T00", 1, {
-        "part-00000.jsonl.zst": zst([good % (1, ""), good % (2, ',"unknown_key":[1]'), *junk]),
-    })
+    write_backup_folder(
+        root,
+        "2026-11-20T00",
+        1,
+        {
+            "part-00000.jsonl.zst": zst([good % (1, ""), good % (2, ',"unknown_key":[1]'), *junk]),
+        },
+    )
     truncated = zst([good.replace("T00:10:01", "T01:10:01") % (3, "")])[:-6]
-    write_backup_folder(root, "2026-11-20T01", 1, {"part-00000.jsonl.zst": truncated},
-                        records={"part-00000.jsonl.zst": 1})
+    write_backup_folder(
+        root,
+        "2026-11-20T01",
+        1,
+        {"part-00000.jsonl.zst": truncated},
+        records={"part-00000.jsonl.zst": 1},
+    )
     # 2026-11-20T02: no folder at all (outage)
     write_backup_folder(root, "2026-11-20T03", 1, {"part-00000.jsonl.zst": zst([])}, closed=False)
-    write_backup_folder(root, "2026-11-20T03", 2, {"part-00000.jsonl.zst": zst([])},
-                        manifest={"records": 5})
+    write_backup_folder(
+        root, "2026-11-20T03", 2, {"part-00000.jsonl.zst": zst([])}, manifest={"records": 5}
+    )
 
     runs = run_layers(root, [("raw", FIRST, LAST)])
 
@@ -162,16 +194,26 @@ def test_bad_input_is_quarantined_or_held_back_with_named_reasons(
     assert sorted(r.payload_id for r in spark.table("raw.payloads").collect()) == ["p1", "p2"]
     assert "unknown_key" not in spark.table("raw.payloads").columns
     reasons = sorted(r.reason.split(":")[0] for r in spark.table("raw.quarantine").collect())
-    assert reasons == ["missing_field", "not_json", "not_object", "unknown_event_type",
-                       "wrong_type"]
-    results = {(r.hour, r.check_name): r.detail for r in audit.read(
-        spark, audit.CHECK_RESULTS).where(~F.col("passed")).collect()}
+    assert reasons == [
+        "missing_field",
+        "not_json",
+        "not_object",
+        "unknown_event_type",
+        "wrong_type",
+    ]
+    results = {
+        (r.hour, r.check_name): r.detail
+        for r in audit.read(spark, audit.CHECK_RESULTS).where(~F.col("passed")).collect()
+    }
     detail = " ".join(results.values())
     assert "unreadable" in detail and "no backup folder" in detail
     assert "no _MANIFEST.json" in detail and "manifest records 5" in detail
 
-    allowed = run_layers(root, [("raw", "2026-11-20T02", "2026-11-20T02")],
-                         extra_tags={tags.ALLOW_MISSING_HOURS: "2026-11-20T02"})
+    allowed = run_layers(
+        root,
+        [("raw", "2026-11-20T02", "2026-11-20T02")],
+        extra_tags={tags.ALLOW_MISSING_HOURS: "2026-11-20T02"},
+    )
     assert allowed[0].success
     assert partition_location(spark, "raw.payloads", "2026-11-20T02") is not None
     assert spark.table("raw.payloads").where(F.col("hour") == "2026-11-20T02").count() == 0
