@@ -8,6 +8,8 @@ published pointer to it can never change under a reader. Each partition's row co
 checksum are recorded in ``audit.shadow_partitions`` and in the output's metadata.
 """
 
+import time
+
 import dagster as dg
 from dagster_pyspark import LazyPySparkResource
 from pyspark.sql import DataFrame, SparkSession, Window
@@ -78,7 +80,8 @@ class ShadowTableIOManager(dg.ConfigurableIOManager):
             parse_hour(hour)
         root = self._root(table)
         version_root = f"{root}/version={version}"
-        code_version = context.definition_metadata.get("code_version") or context.version
+        code_version = context.asset_spec.code_version
+        started = time.monotonic()
         ensure_table(
             self.spark, table, obj.schema.add("version", "string"), SHADOW_PARTITION_COLUMNS, root
         )
@@ -112,12 +115,16 @@ class ShadowTableIOManager(dg.ConfigurableIOManager):
                 for h in hours
             ],
         )
+        seconds = time.monotonic() - started
+        rows_written = sum(s[0] for s in stats.values())
         context.add_output_metadata(
             {
                 "table": table,
+                "write_seconds": round(seconds, 2),
+                "rows_per_second": round(rows_written / seconds) if seconds else 0,
                 "version": version,
                 "location": dg.MetadataValue.path(version_root),
-                "rows_written": sum(s[0] for s in stats.values()),
+                "rows_written": rows_written,
                 "rows_per_hour": dg.MetadataValue.json(
                     {h: stats.get(h, (0, ""))[0] for h in hours}
                 ),

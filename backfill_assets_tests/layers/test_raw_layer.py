@@ -1,5 +1,6 @@
 """Raw layer end to end on real Spark, metastore and Dagster instance (issue 3)."""
 
+import json
 from pathlib import Path
 
 import dagster as dg
@@ -8,7 +9,13 @@ from conftest import read_tree_lines, write_backup_folder, zst
 from pyspark.sql import functions as F
 
 from backfill_assets import tags
-from backfill_assets.layers.raw import LAYER, MANIFEST_RECONCILIATION, PAYLOADS
+from backfill_assets.layers.raw import (
+    CODE_VERSION,
+    LAYER,
+    MANIFEST_RECONCILIATION,
+    PAYLOADS,
+    SHADOW_PAYLOADS,
+)
 from backfill_assets.partitions import hour_range
 from backfill_assets.publishing import audit, publisher
 from backfill_assets.publishing.tables import partition_location
@@ -32,7 +39,7 @@ def locations(spark, table: str = "raw.payloads") -> dict[str, str | None]:
 
 
 def test_range_runs_once_and_publishes_exactly_the_valid_lines(
-    spark, make_backups, run_layers, instance
+    spark, make_backups, run_layers, instance, capsys
 ):
     backups = make_backups(malformed_rate=0.05, duplicate_rate=0.05)
     valid, malformed = read_tree_lines(backups)
@@ -47,6 +54,30 @@ def test_range_runs_once_and_publishes_exactly_the_valid_lines(
     assert all(r.reason for r in quarantined)
     assert instance.get_materialized_partitions(PAYLOADS) == set(HOURS)
     assert len(instance.get_runs()) == 1  # the whole range in ONE run
+
+    shadow = instance.get_latest_materialization_event(SHADOW_PAYLOADS).asset_materialization
+    lineage = {k: v.value for k, v in shadow.metadata.items()}
+    assert lineage["run_id"] == runs[0].run_id and lineage["code_version"] == CODE_VERSION
+    assert lineage["partition_range"] == f"{FIRST}..{LAST}"
+    assert lineage["input_files"] == len(lineage["input_files_list"]) > 0
+    assert all(len(f["sha256"]) == 64 for f in lineage["input_files_list"])
+    assert sum(lineage["manifest_records_per_hour"].values()) == len(valid) + len(malformed)
+    assert sum(lineage["rows_per_hour"].values()) == len(valid)
+    assert set(lineage["checksum_per_hour"]) == set(HOURS)
+    assert lineage["rows_per_second"] > 0 and "location" in lineage
+    published = instance.get_latest_materialization_event(PAYLOADS).asset_materialization
+    per_hour = published.metadata["published"].value
+    assert set(per_hour) == set(HOURS)
+    assert all(f"version={runs[0].run_id}" in v["new_location"] for v in per_hour.values())
+
+    from backfill_assets.cli.main import main
+
+    assert main(["sql", "SELECT hour, count(*) AS n FROM raw.payloads GROUP BY hour",
+                 "--format", "jsonl"]) == 0
+    printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert sum(r["n"] for r in printed) == len(valid)
+    assert main(["sql", "DROP TABLE raw.payloads"]) == 2
+    assert spark.catalog.tableExists("raw.payloads")
 
 
 def test_rerun_is_idempotent_and_rollback_restores_previous_version(
