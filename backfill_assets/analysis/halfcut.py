@@ -33,8 +33,14 @@ from backfill_assets.layers.aggregated import (
 from backfill_assets.partitions import hour_range, shift_hour
 from backfill_assets.publishing.tables import published_hours
 
-MATCH_KEYS = ["client_id", "user_id", "session_start_at", "session_end_at", "payload_count",
-              "payload_digest"]
+MATCH_KEYS = [
+    "client_id",
+    "user_id",
+    "session_start_at",
+    "session_end_at",
+    "payload_count",
+    "payload_digest",
+]
 DEFAULT_MAX_WINDOW = 6
 
 
@@ -70,12 +76,19 @@ class HalfCutReport:
 
     def to_dict(self) -> dict:
         return {
-            "first": self.first, "last": self.last, "max_window": self.max_window,
-            "sessions": self.sessions, "cut_sessions": self.cut_sessions,
-            "windows": [{**asdict(w), "share": round(w.share, 6),
-                         "cut_share": round(w.cut_share, 6)} for w in self.windows],
-            "per_hour": {h: {str(k): {"recovered": r, "sessions": n} for k, (r, n) in v.items()}
-                         for h, v in self.per_hour.items()},
+            "first": self.first,
+            "last": self.last,
+            "max_window": self.max_window,
+            "sessions": self.sessions,
+            "cut_sessions": self.cut_sessions,
+            "windows": [
+                {**asdict(w), "share": round(w.share, 6), "cut_share": round(w.cut_share, 6)}
+                for w in self.windows
+            ],
+            "per_hour": {
+                h: {str(k): {"recovered": r, "sessions": n} for k, (r, n) in v.items()}
+                for h, v in self.per_hour.items()
+            },
             "unpublished_hours": self.unpublished_hours,
         }
 
@@ -101,17 +114,21 @@ def recovery_counts(
     """``{(hour, k, recovered_at_0): sessions}`` with ``k = -1`` counting all reference
     sessions of the hour (one Spark job)."""
     payloads = payloads.select(*PAYLOAD_COLUMNS)
-    reference = sessionize(
-        payloads.withColumn("_all", F.lit(0)), ["_all"], with_payload_digest=True
-    ).withColumn("hour", F.date_format("session_start_at", HOUR_OF)).where(
-        F.col("hour").between(first, last)
-    ).select("hour", *MATCH_KEYS)
+    reference = (
+        sessionize(payloads.withColumn("_all", F.lit(0)), ["_all"], with_payload_digest=True)
+        .withColumn("hour", F.date_format("session_start_at", HOUR_OF))
+        .where(F.col("hour").between(first, last))
+        .select("hour", *MATCH_KEYS)
+    )
     window_read = payloads.where(
         F.col("hour").between(shift_hour(first, -max_window), shift_hour(last, max_window))
     )
     rebuilt = (
-        sessionize(_windowed(window_read, first, last, max_window), ["k", "session_hour"],
-                   with_payload_digest=True)
+        sessionize(
+            _windowed(window_read, first, last, max_window),
+            ["k", "session_hour"],
+            with_payload_digest=True,
+        )
         .where(F.date_format("session_start_at", HOUR_OF) == F.col("session_hour"))
         .select(F.col("session_hour").alias("hour"), "k", *MATCH_KEYS)
     )
@@ -130,7 +147,10 @@ def recovery_counts(
 
 
 def analyse(
-    payloads: DataFrame, first: str, last: str, max_window: int = DEFAULT_MAX_WINDOW,
+    payloads: DataFrame,
+    first: str,
+    last: str,
+    max_window: int = DEFAULT_MAX_WINDOW,
     unpublished: list[str] | None = None,
 ) -> HalfCutReport:
     """The half-cut report of session hours ``first..last`` over ``payloads`` (transformed
@@ -141,16 +161,24 @@ def analyse(
     counts = recovery_counts(payloads, first, last, max_window)
 
     def total(hour: str | None, k: int, at_0: bool | None) -> int:
-        return sum(n for (h, kk, a), n in counts.items()
-                   if (hour is None or h == hour) and kk == k and (at_0 is None or a == at_0))
+        return sum(
+            n
+            for (h, kk, a), n in counts.items()
+            if (hour is None or h == hour) and kk == k and (at_0 is None or a == at_0)
+        )
 
     sessions, cut = total(None, -1, None), total(None, -1, False)
-    windows = [WindowRow(k, total(None, k, None), sessions, total(None, k, False), cut)
-               for k in range(max_window + 1)]
-    per_hour = {h: {k: (total(h, k, None), total(h, -1, None)) for k in range(max_window + 1)}
-                for h in hours}
-    return HalfCutReport(first, last, max_window, sessions, cut, windows, per_hour,
-                         unpublished or [])
+    windows = [
+        WindowRow(k, total(None, k, None), sessions, total(None, k, False), cut)
+        for k in range(max_window + 1)
+    ]
+    per_hour = {
+        h: {k: (total(h, k, None), total(h, -1, None)) for k in range(max_window + 1)}
+        for h in hours
+    }
+    return HalfCutReport(
+        first, last, max_window, sessions, cut, windows, per_hour, unpublished or []
+    )
 
 
 def analyse_published(
@@ -161,32 +189,50 @@ def analyse_published(
     from every build, so shares near the edges are then too low)."""
     published = set(published_hours(spark, SOURCE_TABLE))
     if not published:
-        raise ValueError(f"{SOURCE_TABLE} has no published hour: backfill the transformed "
-                         "layer first")
+        raise ValueError(
+            f"{SOURCE_TABLE} has no published hour: backfill the transformed layer first"
+        )
     widest = hour_range(shift_hour(first, -max_window), shift_hour(last, max_window))
     unpublished = [h for h in widest if h not in published]
     return analyse(spark.table(SOURCE_TABLE), first, last, max_window, unpublished)
 
 
 def format_table(report: HalfCutReport) -> str:
-    """The report as a plain-text table (for the terminal and the README)."""
+    """The report as an aligned plain-text table (for the terminal and the README)."""
+    header = ("window", "sessions rebuilt exactly", "share", "cut sessions rebuilt", "share of cut")
+    body = [
+        (
+            f"±{w.k} h",
+            f"{w.recovered} / {w.sessions}",
+            f"{w.share:.1%}",
+            f"{w.cut_recovered} / {w.cut_sessions}",
+            f"{w.cut_share:.1%}",
+        )
+        for w in report.windows
+    ]
+    widths = [max(len(row[i]) for row in (header, *body)) for i in range(len(header))]
     lines = [
         f"Half-cut analysis of session hours {report.first}..{report.last} "
         f"({len(report.per_hour)} h): {report.sessions} sessions built from all published "
         f"data; {report.cut_sessions} of them are cut by the hour alone (not rebuilt "
         f"exactly from a ±0 h window).",
         "",
-        "window  sessions rebuilt exactly   share   cut sessions rebuilt   share of cut",
+        "  ".join(
+            h.ljust(w) if i == 0 else h.rjust(w)
+            for i, (h, w) in enumerate(zip(header, widths, strict=True))
+        ),
     ]
-    for w in report.windows:
+    for row in body:
         lines.append(
-            f"±{w.k} h".ljust(8)
-            + f"{w.recovered:>8} / {w.sessions:<8}".ljust(27)
-            + f"{w.share:>6.1%}".ljust(8)
-            + f"{w.cut_recovered:>8} / {w.cut_sessions:<8}".ljust(23)
-            + f"{w.cut_share:>6.1%}"
+            "  ".join(
+                v.ljust(w) if i == 0 else v.rjust(w)
+                for i, (v, w) in enumerate(zip(row, widths, strict=True))
+            )
         )
     if report.unpublished_hours:
-        lines += ["", "warning: received hours not published (missing from every build): "
-                      + ", ".join(report.unpublished_hours)]
+        lines += [
+            "",
+            "warning: received hours not published (missing from every build): "
+            + ", ".join(report.unpublished_hours),
+        ]
     return "\n".join(lines)

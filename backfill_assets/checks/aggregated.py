@@ -3,7 +3,7 @@
 All results are recorded under ``shadow.sessions`` (the layer's checked table), so the
 publisher publishes an hour's sessions and client_hourly together or not at all. Spark
 work: the pandera rules (``rules.evaluate``), one grouped aggregation for unique session
-ids, one for the client_hourly reconciliation.
+ids, one for the client_hourly reconciliation, one append of all outcomes.
 """
 
 import dagster as dg
@@ -32,21 +32,28 @@ RULE_CHECKS = {
     schemas.DURATION_IS_DIFFERENCE: SESSIONS_DURATION,
     schemas.STARTS_IN_PARTITION_HOUR: SESSIONS_START_IN_HOUR,
 }
-SESSION_CHECKS = (SESSIONS_ROW_RULES, SESSIONS_END_NOT_BEFORE_START, SESSIONS_DURATION,
-                  SESSIONS_START_IN_HOUR, SESSIONS_UNIQUE_ID)
+SESSION_CHECKS = (
+    SESSIONS_ROW_RULES,
+    SESSIONS_END_NOT_BEFORE_START,
+    SESSIONS_DURATION,
+    SESSIONS_START_IN_HOUR,
+    SESSIONS_UNIQUE_ID,
+)
 MEAN_TOLERANCE_SECONDS = 1e-6
 TOTALS = ("sessions", "payloads", "pageviews", "bounces", "truncated_sessions")
 
 
 def split_rule_failures(failing_hours: dict[str, dict[str, int]]) -> dict[str, dict[str, str]]:
     """``rules.evaluate``'s {hour: {rule: violations}} -> {check name: {hour: reason}}."""
-    per_check: dict[str, dict[str, str]] = {name: {} for name in
-                                            (SESSIONS_ROW_RULES, *RULE_CHECKS.values())}
+    per_check: dict[str, dict[str, str]] = {
+        name: {} for name in (SESSIONS_ROW_RULES, *RULE_CHECKS.values())
+    }
     for hour, violations in failing_hours.items():
         grouped: dict[str, list[str]] = {}
         for rule, count in violations.items():
             grouped.setdefault(RULE_CHECKS.get(rule, SESSIONS_ROW_RULES), []).append(
-                f"{rule}={count}")
+                f"{rule}={count}"
+            )
         for name, texts in grouped.items():
             per_check[name][hour] = ", ".join(texts)
     return per_check
@@ -54,12 +61,15 @@ def split_rule_failures(failing_hours: dict[str, dict[str, int]]) -> dict[str, d
 
 def duplicate_session_ids(sessions: DataFrame) -> tuple[dict[str, str], dict[str, int]]:
     """Failing hours (a session_id more than once in the hour) and rows per hour; one job."""
-    rows = sessions.groupBy("hour").agg(
-        F.count(F.lit(1)).alias("rows"), F.count_distinct("session_id").alias("ids")
-    ).collect()
+    rows = (
+        sessions.groupBy("hour")
+        .agg(F.count(F.lit(1)).alias("rows"), F.count_distinct("session_id").alias("ids"))
+        .collect()
+    )
     failing = {
         r["hour"]: f"{r['rows'] - r['ids']} duplicate session_id row(s) among {r['rows']}"
-        for r in rows if r["rows"] != r["ids"]
+        for r in rows
+        if r["rows"] != r["ids"]
     }
     return failing, {r["hour"]: int(r["rows"]) for r in rows}
 
@@ -81,7 +91,11 @@ def reconcile_client_hourly(sessions: DataFrame, hourly: DataFrame) -> dict[str,
         F.lit(True).alias("in_sessions"),
     )
     actual = hourly.select(
-        "hour", "client_id", *TOTALS, "mean_duration_seconds", "p95_duration_seconds",
+        "hour",
+        "client_id",
+        *TOTALS,
+        "mean_duration_seconds",
+        "p95_duration_seconds",
         F.lit(True).alias("in_hourly"),
     )
     joined = expected.join(actual, ["hour", "client_id"], "full_outer")
@@ -113,20 +127,43 @@ def reconcile_client_hourly(sessions: DataFrame, hourly: DataFrame) -> dict[str,
 
 @dg.multi_asset_check(
     specs=[
-        dg.AssetCheckSpec(SESSIONS_ROW_RULES, asset=SHADOW_SESSIONS, blocking=True,
-                          description="pandera: types, nullability and values of sessions, "
-                                      "session_id = sha256 key"),
-        dg.AssetCheckSpec(SESSIONS_END_NOT_BEFORE_START, asset=SHADOW_SESSIONS, blocking=True,
-                          description="session_end_at >= session_start_at"),
-        dg.AssetCheckSpec(SESSIONS_DURATION, asset=SHADOW_SESSIONS, blocking=True,
-                          description="duration_seconds = session_end_at - session_start_at"),
-        dg.AssetCheckSpec(SESSIONS_START_IN_HOUR, asset=SHADOW_SESSIONS, blocking=True,
-                          description="every session starts inside its partition hour"),
-        dg.AssetCheckSpec(SESSIONS_UNIQUE_ID, asset=SHADOW_SESSIONS, blocking=True,
-                          description="session_id is unique within the hour"),
-        dg.AssetCheckSpec(CLIENT_HOURLY_RECONCILIATION, asset=SHADOW_CLIENT_HOURLY,
-                          blocking=True,
-                          description="client_hourly totals = sums over the hour's sessions"),
+        dg.AssetCheckSpec(
+            SESSIONS_ROW_RULES,
+            asset=SHADOW_SESSIONS,
+            blocking=True,
+            description="pandera: types, nullability and values of sessions, "
+            "session_id = sha256 key",
+        ),
+        dg.AssetCheckSpec(
+            SESSIONS_END_NOT_BEFORE_START,
+            asset=SHADOW_SESSIONS,
+            blocking=True,
+            description="session_end_at >= session_start_at",
+        ),
+        dg.AssetCheckSpec(
+            SESSIONS_DURATION,
+            asset=SHADOW_SESSIONS,
+            blocking=True,
+            description="duration_seconds = session_end_at - session_start_at",
+        ),
+        dg.AssetCheckSpec(
+            SESSIONS_START_IN_HOUR,
+            asset=SHADOW_SESSIONS,
+            blocking=True,
+            description="every session starts inside its partition hour",
+        ),
+        dg.AssetCheckSpec(
+            SESSIONS_UNIQUE_ID,
+            asset=SHADOW_SESSIONS,
+            blocking=True,
+            description="session_id is unique within the hour",
+        ),
+        dg.AssetCheckSpec(
+            CLIENT_HOURLY_RECONCILIATION,
+            asset=SHADOW_CLIENT_HOURLY,
+            blocking=True,
+            description="client_hourly totals = sums over the hour's sessions",
+        ),
     ],
     can_subset=False,
 )
@@ -140,30 +177,65 @@ def aggregated_checks(context: dg.AssetCheckExecutionContext, warehouse: Warehou
         for name in LAYER.checks:
             recon = name == CLIENT_HOURLY_RECONCILIATION
             asset = SHADOW_CLIENT_HOURLY if recon else SHADOW_SESSIONS
-            yield dg.AssetCheckResult(check_name=name, asset_key=asset, passed=True,
-                                      description="this run wrote no sessions shadow partition")
+            yield dg.AssetCheckResult(
+                check_name=name,
+                asset_key=asset,
+                passed=True,
+                description="this run wrote no sessions shadow partition",
+            )
         return
     sessions = common.shadow_version(spark, table, version).cache()
     hourly = common.shadow_version(spark, "shadow.client_hourly", version)
     try:
-        report = rules.evaluate(sessions, SessionSchema,
-                                ["hour", "session_id", "client_id", "user_id",
-                                 "session_start_at", "session_end_at", "duration_seconds"])
+        report = rules.evaluate(
+            sessions,
+            SessionSchema,
+            [
+                "hour",
+                "session_id",
+                "client_id",
+                "user_id",
+                "session_start_at",
+                "session_end_at",
+                "duration_seconds",
+            ],
+        )
         unique_failing, rows_per_hour = duplicate_session_ids(sessions)
         recon_failing = reconcile_client_hourly(sessions, hourly)
     finally:
         sessions.unpersist()
-    failing = {**split_rule_failures(report.failing_hours), SESSIONS_UNIQUE_ID: unique_failing,
-               CLIENT_HOURLY_RECONCILIATION: recon_failing}
+    failing = {
+        **split_rule_failures(report.failing_hours),
+        SESSIONS_UNIQUE_ID: unique_failing,
+        CLIENT_HOURLY_RECONCILIATION: recon_failing,
+    }
+    common.record_all(
+        spark,
+        warehouse.warehouse_dir,
+        table,
+        version,
+        hours,
+        {name: failing[name] for name in LAYER.checks},
+    )
     for name in LAYER.checks:
-        common.record(spark, warehouse.warehouse_dir, table, version, name, hours, failing[name])
         for hour, reason in sorted(failing[name].items()):
             context.log.warning(f"aggregated {hour} fails {name}: {reason}")
     for name in SESSION_CHECKS:
-        yield common.result(name, SHADOW_SESSIONS, hours, failing[name], {
-            "sessions_checked": sum(rows_per_hour.values()),
-            "pandera_errors": json_metadata(report.pandera_errors),
-            "failing_examples": json_metadata(report.examples),
-        })
-    yield common.result(CLIENT_HOURLY_RECONCILIATION, SHADOW_CLIENT_HOURLY, hours,
-                        recon_failing, {"sessions_per_hour": json_metadata(rows_per_hour)})
+        yield common.result(
+            name,
+            SHADOW_SESSIONS,
+            hours,
+            failing[name],
+            {
+                "sessions_checked": sum(rows_per_hour.values()),
+                "pandera_errors": json_metadata(report.pandera_errors),
+                "failing_examples": json_metadata(report.examples),
+            },
+        )
+    yield common.result(
+        CLIENT_HOURLY_RECONCILIATION,
+        SHADOW_CLIENT_HOURLY,
+        hours,
+        recon_failing,
+        {"sessions_per_hour": json_metadata(rows_per_hour)},
+    )

@@ -98,8 +98,9 @@ class TransformedPayloadSchema(pa.DataFrameModel):
 class SessionSchema(pa.DataFrameModel):
     """``shadow.sessions`` / ``aggregated.sessions``: one row per session starting in the hour."""
 
-    session_id: T.StringType() = pa.Field(nullable=False, str_length={"min_value": 32,
-                                                                       "max_value": 32})
+    session_id: T.StringType() = pa.Field(
+        nullable=False, str_length={"min_value": 32, "max_value": 32}
+    )
     client_id: T.LongType() = pa.Field(nullable=False, ge=0)
     user_id: T.StringType() = pa.Field(nullable=False, str_length={"min_value": 1})
     session_start_at: T.TimestampType() = pa.Field(nullable=False)

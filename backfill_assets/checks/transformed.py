@@ -28,13 +28,19 @@ def reconcile_with_raw(transformed: DataFrame, raw: DataFrame) -> dict[str, dict
         .groupBy("hour", "payload_id")
         .agg(F.sum("t").alias("t"), F.max("r").alias("r"))
     )
-    rows = per_id.groupBy("hour").agg(
-        F.sum("t").alias("rows"),
-        F.sum("r").alias("raw_distinct_ids"),
-        F.sum(F.when(F.col("t") > 1, 1).otherwise(0)).alias("duplicated_ids"),
-        F.sum(F.when((F.col("r") == 1) & (F.col("t") == 0), 1).otherwise(0)).alias("missing_ids"),
-        F.sum(F.when((F.col("r") == 0) & (F.col("t") > 0), 1).otherwise(0)).alias("extra_ids"),
-    ).collect()
+    rows = (
+        per_id.groupBy("hour")
+        .agg(
+            F.sum("t").alias("rows"),
+            F.sum("r").alias("raw_distinct_ids"),
+            F.sum(F.when(F.col("t") > 1, 1).otherwise(0)).alias("duplicated_ids"),
+            F.sum(F.when((F.col("r") == 1) & (F.col("t") == 0), 1).otherwise(0)).alias(
+                "missing_ids"
+            ),
+            F.sum(F.when((F.col("r") == 0) & (F.col("t") > 0), 1).otherwise(0)).alias("extra_ids"),
+        )
+        .collect()
+    )
     return {r["hour"]: {k: int(r[k]) for k in r.asDict() if k != "hour"} for r in rows}
 
 
@@ -42,10 +48,21 @@ def reconciliation_failures(hours: list[str], counts: dict[str, dict[str, int]])
     """Failing hours -> reason, from ``reconcile_with_raw``'s counts."""
     failing = {}
     for hour in hours:
-        c = counts.get(hour, {"rows": 0, "raw_distinct_ids": 0, "duplicated_ids": 0,
-                              "missing_ids": 0, "extra_ids": 0})
-        if c["rows"] != c["raw_distinct_ids"] or c["duplicated_ids"] or c["missing_ids"] or (
-            c["extra_ids"]
+        c = counts.get(
+            hour,
+            {
+                "rows": 0,
+                "raw_distinct_ids": 0,
+                "duplicated_ids": 0,
+                "missing_ids": 0,
+                "extra_ids": 0,
+            },
+        )
+        if (
+            c["rows"] != c["raw_distinct_ids"]
+            or c["duplicated_ids"]
+            or c["missing_ids"]
+            or (c["extra_ids"])
         ):
             failing[hour] = (
                 f"{c['rows']} transformed row(s) for {c['raw_distinct_ids']} distinct raw "
@@ -57,12 +74,20 @@ def reconciliation_failures(hours: list[str], counts: dict[str, dict[str, int]])
 
 @dg.multi_asset_check(
     specs=[
-        dg.AssetCheckSpec(ROW_RULES, asset=SHADOW_PAYLOADS, blocking=True,
-                          description="pandera: types, nullability, values, received hour and "
-                                      "normalized page_url of transformed payloads"),
-        dg.AssetCheckSpec(RAW_RECONCILIATION, asset=SHADOW_PAYLOADS, blocking=True,
-                          description="transformed rows = distinct payload ids of the published "
-                                      "raw hour (each exactly once)"),
+        dg.AssetCheckSpec(
+            ROW_RULES,
+            asset=SHADOW_PAYLOADS,
+            blocking=True,
+            description="pandera: types, nullability, values, received hour and "
+            "normalized page_url of transformed payloads",
+        ),
+        dg.AssetCheckSpec(
+            RAW_RECONCILIATION,
+            asset=SHADOW_PAYLOADS,
+            blocking=True,
+            description="transformed rows = distinct payload ids of the published "
+            "raw hour (each exactly once)",
+        ),
     ],
     can_subset=False,
 )
@@ -74,13 +99,20 @@ def transformed_checks(context: dg.AssetCheckExecutionContext, warehouse: Wareho
     hours = common.written_hours(spark, table, version)
     if not hours:
         for name in (ROW_RULES, RAW_RECONCILIATION):
-            yield dg.AssetCheckResult(check_name=name, asset_key=SHADOW_PAYLOADS, passed=True,
-                                      description="this run wrote no transformed shadow partition")
+            yield dg.AssetCheckResult(
+                check_name=name,
+                asset_key=SHADOW_PAYLOADS,
+                passed=True,
+                description="this run wrote no transformed shadow partition",
+            )
         return
     payloads = common.shadow_version(spark, table, version).cache()
     try:
-        report = rules.evaluate(payloads, TransformedPayloadSchema,
-                                ["hour", "payload_id", "client_id", "page_url", "received_at"])
+        report = rules.evaluate(
+            payloads,
+            TransformedPayloadSchema,
+            ["hour", "payload_id", "client_id", "page_url", "received_at"],
+        )
         raw = (
             spark.table(SOURCE_TABLE).where(F.col("hour").isin(hours))
             if table_exists(spark, SOURCE_TABLE)
@@ -89,19 +121,37 @@ def transformed_checks(context: dg.AssetCheckExecutionContext, warehouse: Wareho
         counts = reconcile_with_raw(payloads, raw)
     finally:
         payloads.unpersist()
-    rule_failing = {h: ", ".join(f"{r}={n}" for r, n in v.items())
-                    for h, v in report.failing_hours.items()}
+    rule_failing = {
+        h: ", ".join(f"{r}={n}" for r, n in v.items()) for h, v in report.failing_hours.items()
+    }
     recon_failing = reconciliation_failures(hours, counts)
-    common.record(spark, warehouse.warehouse_dir, table, version, ROW_RULES, hours, rule_failing)
-    common.record(spark, warehouse.warehouse_dir, table, version, RAW_RECONCILIATION, hours,
-                  recon_failing)
+    common.record_all(
+        spark,
+        warehouse.warehouse_dir,
+        table,
+        version,
+        hours,
+        {ROW_RULES: rule_failing, RAW_RECONCILIATION: recon_failing},
+    )
     for hour, reason in sorted({**rule_failing, **recon_failing}.items()):
         context.log.warning(f"transformed {hour} fails: {reason}")
-    yield common.result(ROW_RULES, SHADOW_PAYLOADS, hours, rule_failing, {
-        "rows_checked": sum(c["rows"] for c in counts.values()),
-        "pandera_errors": json_metadata(report.pandera_errors),
-        "failing_examples": json_metadata(report.examples),
-    })
-    yield common.result(RAW_RECONCILIATION, SHADOW_PAYLOADS, hours, recon_failing, {
-        "counts_per_hour": json_metadata(counts),
-    })
+    yield common.result(
+        ROW_RULES,
+        SHADOW_PAYLOADS,
+        hours,
+        rule_failing,
+        {
+            "rows_checked": sum(c["rows"] for c in counts.values()),
+            "pandera_errors": json_metadata(report.pandera_errors),
+            "failing_examples": json_metadata(report.examples),
+        },
+    )
+    yield common.result(
+        RAW_RECONCILIATION,
+        SHADOW_PAYLOADS,
+        hours,
+        recon_failing,
+        {
+            "counts_per_hour": json_metadata(counts),
+        },
+    )

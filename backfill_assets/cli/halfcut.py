@@ -13,24 +13,44 @@ MAX_WINDOW_LIMIT = 24
 
 def _window(text: str) -> int:
     """argparse type: a whole number of hours from 0 to ``MAX_WINDOW_LIMIT``."""
-    if not text.strip().isdigit() or int(text) > MAX_WINDOW_LIMIT:
+    text = text.strip()
+    if not (text.isascii() and text.isdigit()) or int(text) > MAX_WINDOW_LIMIT:
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not a whole number of hours from 0 to {MAX_WINDOW_LIMIT}")
+            f"{text!r} is not a whole number of hours from 0 to {MAX_WINDOW_LIMIT}"
+        )
     return int(text)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    text = ("for session hours --from..--to, the share of sessions that a window of 0..N "
-            "hours each side rebuilds exactly, compared with sessions built from all "
-            "published transformed payloads (choose the session window from data)")
-    p = subparsers.add_parser("halfcut", help="measure how wide the session window must be",
-                              description=text)
-    p.add_argument("--from", dest="first", required=True, metavar="YYYY-MM-DDTHH",
-                   help="first session hour, UTC, inclusive")
-    p.add_argument("--to", dest="last", required=True, metavar="YYYY-MM-DDTHH",
-                   help="last session hour, UTC, inclusive")
-    p.add_argument("--max-window", type=_window, default=6, metavar="N",
-                   help="largest window to try, hours each side (default 6)")
+    text = (
+        "for session hours --from..--to, the share of sessions that a window of 0..N "
+        "hours each side rebuilds exactly, compared with sessions built from all "
+        "published transformed payloads (choose the session window from data)"
+    )
+    p = subparsers.add_parser(
+        "halfcut", help="measure how wide the session window must be", description=text
+    )
+    p.add_argument(
+        "--from",
+        dest="first",
+        required=True,
+        metavar="YYYY-MM-DDTHH",
+        help="first session hour, UTC, inclusive",
+    )
+    p.add_argument(
+        "--to",
+        dest="last",
+        required=True,
+        metavar="YYYY-MM-DDTHH",
+        help="last session hour, UTC, inclusive",
+    )
+    p.add_argument(
+        "--max-window",
+        type=_window,
+        default=6,
+        metavar="N",
+        help="largest window to try, hours each side (default 6)",
+    )
     p.add_argument("--format", choices=FORMATS, default="table")
     p.set_defaults(handler=run)
 

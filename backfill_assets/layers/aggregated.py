@@ -61,27 +61,57 @@ SESSION_GAP_MICROS = 30 * 60 * 1_000_000  # a gap of more than this starts a new
 MAX_WINDOW_HOURS = 24  # largest lookback / lookahead a run tag may ask for
 
 SESSION_COLUMNS = [
-    "session_id", "client_id", "user_id", "session_start_at", "session_end_at",
-    "duration_seconds", "payload_count", "pageview_count", "entry_url", "exit_url", "device",
+    "session_id",
+    "client_id",
+    "user_id",
+    "session_start_at",
+    "session_end_at",
+    "duration_seconds",
+    "payload_count",
+    "pageview_count",
+    "entry_url",
+    "exit_url",
+    "device",
     "may_be_truncated",
 ]
 CLIENT_HOURLY_COLUMNS = [
-    "client_id", "sessions", "payloads", "pageviews", "bounces", "mean_duration_seconds",
-    "p95_duration_seconds", "truncated_sessions",
+    "client_id",
+    "sessions",
+    "payloads",
+    "pageviews",
+    "bounces",
+    "mean_duration_seconds",
+    "p95_duration_seconds",
+    "truncated_sessions",
 ]
 # What sessionizing reads of a transformed payload.
 PAYLOAD_COLUMNS = [
-    "payload_id", "client_id", "user_id", "event_time", "received_at", "event_type",
-    "page_url", "device", "hour",
+    "payload_id",
+    "client_id",
+    "user_id",
+    "event_time",
+    "received_at",
+    "event_type",
+    "page_url",
+    "device",
+    "hour",
 ]
 
 LAYER = Layer(
     name="aggregated",
     checked_table="shadow.sessions",
-    pairs=(("shadow.sessions", "aggregated.sessions"),
-           ("shadow.client_hourly", "aggregated.client_hourly")),
-    checks=(SESSIONS_ROW_RULES, SESSIONS_END_NOT_BEFORE_START, SESSIONS_DURATION,
-            SESSIONS_START_IN_HOUR, SESSIONS_UNIQUE_ID, CLIENT_HOURLY_RECONCILIATION),
+    pairs=(
+        ("shadow.sessions", "aggregated.sessions"),
+        ("shadow.client_hourly", "aggregated.client_hourly"),
+    ),
+    checks=(
+        SESSIONS_ROW_RULES,
+        SESSIONS_END_NOT_BEFORE_START,
+        SESSIONS_DURATION,
+        SESSIONS_START_IN_HOUR,
+        SESSIONS_UNIQUE_ID,
+        CLIENT_HOURLY_RECONCILIATION,
+    ),
     code_version=CODE_VERSION,
 )
 
@@ -92,14 +122,16 @@ LAYER = Layer(
 def window_hours(run_tags: Mapping[str, str]) -> tuple[int, int]:
     """(lookback, lookahead) of a run: its tags, else the defaults; small non-negative ints."""
     values = []
-    for tag, default in ((tags.SESSION_LOOKBACK, DEFAULT_LOOKBACK_HOURS),
-                         (tags.SESSION_LOOKAHEAD, DEFAULT_LOOKAHEAD_HOURS)):
+    for tag, default in (
+        (tags.SESSION_LOOKBACK, DEFAULT_LOOKBACK_HOURS),
+        (tags.SESSION_LOOKAHEAD, DEFAULT_LOOKAHEAD_HOURS),
+    ):
         text = run_tags.get(tag)
         if text is None or not text.strip():
             values.append(default)
             continue
         text = text.strip()
-        if not text.isdigit() or int(text) > MAX_WINDOW_HOURS:
+        if not (text.isascii() and text.isdigit()) or int(text) > MAX_WINDOW_HOURS:
             raise ValueError(
                 f"run tag {tag}={text!r}: expected a whole number of hours from 0 to "
                 f"{MAX_WINDOW_HOURS}"
@@ -109,13 +141,19 @@ def window_hours(run_tags: Mapping[str, str]) -> tuple[int, int]:
 
 
 def missing_window_hours(
-    published: set[str], first: str, last: str, lookback: int, lookahead: int,
+    published: set[str],
+    first: str,
+    last: str,
+    lookback: int,
+    lookahead: int,
     allowed_missing: set[str],
 ) -> dict[str, list[str]]:
     """Unpublished received hours of the windows of session hours ``first..last`` ->
     the session hours that need them (hours declared empty are not missing)."""
-    start, end = received_window(first, lookback, lookahead)[0], received_window(
-        last, lookback, lookahead)[1]
+    start, end = (
+        received_window(first, lookback, lookahead)[0],
+        received_window(last, lookback, lookahead)[1],
+    )
     sessions = set(hour_range(first, last))
     missing = {}
     for hour in hour_range(start, end):
@@ -196,7 +234,8 @@ def sessionize(
         F.min("event_time").alias("session_start_at"),
         F.max("event_time").alias("session_end_at"),
         F.count(F.lit(1)).alias("payload_count"),
-        F.sum(F.when(F.col("event_type") == "pageview", 1).otherwise(0)).cast("long")
+        F.sum(F.when(F.col("event_type") == "pageview", 1).otherwise(0))
+        .cast("long")
         .alias("pageview_count"),
         F.min_by("page_url", order).alias("entry_url"),
         F.max_by("page_url", order).alias("exit_url"),
@@ -204,11 +243,14 @@ def sessionize(
     ]
     if with_payload_digest:
         aggregates.append(
-            F.sum(F.xxhash64("payload_id").cast("decimal(38,0)")).cast("string")
+            F.sum(F.xxhash64("payload_id").cast("decimal(38,0)"))
+            .cast("string")
             .alias("payload_digest")
         )
-    return numbered.groupBy(*keys, "client_id", "user_id", "_session").agg(*aggregates).drop(
-        "_session"
+    return (
+        numbered.groupBy(*keys, "client_id", "user_id", "_session")
+        .agg(*aggregates)
+        .drop("_session")
     )
 
 
@@ -279,16 +321,22 @@ def read_window(
     name="aggregated_shadow",
     outs={
         "sessions": dg.AssetOut(
-            key=SHADOW_SESSIONS, io_manager_key="shadow_io_manager", group_name=GROUP,
-            code_version=CODE_VERSION, kinds={"spark", "parquet"},
+            key=SHADOW_SESSIONS,
+            io_manager_key="shadow_io_manager",
+            group_name=GROUP,
+            code_version=CODE_VERSION,
+            kinds={"spark", "parquet"},
             description="Sessions starting in the hour (30-minute inactivity rule), built from "
-                        "the received hours around it; one shadow version per run.",
+            "the received hours around it; one shadow version per run.",
         ),
         "client_hourly": dg.AssetOut(
-            key=SHADOW_CLIENT_HOURLY, io_manager_key="shadow_io_manager", group_name=GROUP,
-            code_version=CODE_VERSION, kinds={"spark", "parquet"},
+            key=SHADOW_CLIENT_HOURLY,
+            io_manager_key="shadow_io_manager",
+            group_name=GROUP,
+            code_version=CODE_VERSION,
+            kinds={"spark", "parquet"},
             description="Per client and session hour: sessions, payloads, pageviews, bounces, "
-                        "mean and p95 duration; one shadow version per run.",
+            "mean and p95 duration; one shadow version per run.",
         ),
     },
     deps=[
@@ -314,8 +362,10 @@ def aggregated_shadow(context: dg.AssetExecutionContext, warehouse: Warehouse):
         raise dg.Failure(description=str(exc), allow_retries=False) from None
     spark = warehouse.spark
     if spark.conf.get("spark.sql.session.timeZone") != "UTC":
-        raise dg.Failure(description="spark.sql.session.timeZone must be UTC (hour keys, "
-                                     "session ids)", allow_retries=False)
+        raise dg.Failure(
+            description="spark.sql.session.timeZone must be UTC (hour keys, session ids)",
+            allow_retries=False,
+        )
     allowed = tags.allowed_missing_hours(context.run.tags, [])  # named hours only
     published = set(published_hours(spark, SOURCE_TABLE))
     missing = missing_window_hours(published, first, last, lookback, lookahead, allowed)
@@ -337,9 +387,11 @@ def aggregated_shadow(context: dg.AssetExecutionContext, warehouse: Warehouse):
         f"(lookback {lookback} h, lookahead {lookahead} h)"
     )
     sessions = with_lineage(
-        build_sessions(read_window(spark, first, last, lookback, lookahead), first, last,
-                       lookback, lookahead),
-        context, CODE_VERSION,
+        build_sessions(
+            read_window(spark, first, last, lookback, lookahead), first, last, lookback, lookahead
+        ),
+        context,
+        CODE_VERSION,
     ).persist(StorageLevel.MEMORY_AND_DISK)
     lineage = {
         **run_lineage(context, CODE_VERSION),
@@ -372,9 +424,9 @@ aggregated_published = publish_asset(
     group=GROUP,
     descriptions={
         "aggregated.sessions": "Published sessions: every session starting in the hour, with "
-                               "entry/exit URL, device, counts and a may_be_truncated flag.",
+        "entry/exit URL, device, counts and a may_be_truncated flag.",
         "aggregated.client_hourly": "Published per-client metrics of the session hour: "
-                                    "sessions, payloads, pageviews, bounces, mean/p95 duration.",
+        "sessions, payloads, pageviews, bounces, mean/p95 duration.",
     },
     deps=[SHADOW_SESSIONS, SHADOW_CLIENT_HOURLY],
 )

@@ -38,8 +38,15 @@ PAYLOAD_COLUMNS = list(raw.PAYLOAD_COLUMNS)
 # the choice is the same in every run whatever the order Spark reads the rows in (copies
 # that tie on all of these are identical, so which one is kept does not matter).
 DEDUPLICATION_ORDER = [
-    "received_at", "event_time", "client_id", "user_id", "event_type", "page_url", "device",
-    "referrer", "schema_version",
+    "received_at",
+    "event_time",
+    "client_id",
+    "user_id",
+    "event_type",
+    "page_url",
+    "device",
+    "referrer",
+    "schema_version",
 ]
 
 LAYER = Layer(
@@ -77,10 +84,13 @@ def unpublished_hours(
     name="transformed_shadow",
     outs={
         "transformed_payloads": dg.AssetOut(
-            key=SHADOW_PAYLOADS, io_manager_key="shadow_io_manager", group_name=GROUP,
-            code_version=CODE_VERSION, kinds={"spark", "parquet"},
+            key=SHADOW_PAYLOADS,
+            io_manager_key="shadow_io_manager",
+            group_name=GROUP,
+            code_version=CODE_VERSION,
+            kinds={"spark", "parquet"},
             description="Distinct payloads of the received hour with page_url normalized, "
-                        "one immutable shadow version per run.",
+            "one immutable shadow version per run.",
         ),
     },
     deps=[raw.PAYLOADS],
@@ -93,7 +103,9 @@ def transformed_shadow(context: dg.AssetExecutionContext, warehouse: Warehouse):
     started = time.monotonic()
     hours = list(context.partition_keys)
     spark = warehouse.spark
-    allowed = tags.allowed_missing_hours(context.run.tags, hours)
+    # Only hours named in the tag: a blanket "true" is for the raw layer, which then
+    # publishes hours without backups as empty partitions (so they are published here).
+    allowed = tags.allowed_missing_hours(context.run.tags, [])
     missing = unpublished_hours(spark, SOURCE_TABLE, hours, allowed)
     if missing or not table_exists(spark, SOURCE_TABLE):
         missing = missing or hours
@@ -127,7 +139,7 @@ transformed_published = publish_asset(
     group=GROUP,
     descriptions={
         TABLE: "Published transformed payloads: the distinct payloads of each received hour "
-               "with page_url normalized.",
+        "with page_url normalized.",
     },
     deps=[SHADOW_PAYLOADS],
 )

@@ -58,6 +58,7 @@ def normalize_url(url: str | None) -> str | None:
 
 def normalize_url_column(url: Column) -> Column:
     """``normalize_url`` as a Spark column expression (built-in functions only)."""
+
     def part(pattern: str, index: int, text: Column = url) -> Column:
         return F.regexp_extract(text, pattern, index)
 
@@ -80,12 +81,18 @@ def normalize_url_column(url: Column) -> Column:
     shown_path = F.when(path == "", path).when(stripped == "", F.lit("/")).otherwise(stripped)
     params = F.filter(
         F.split(F.substring(query, 2, 1 << 20), "&"),
-        lambda p: (p != "")
-        & ~F.lower(F.substring_index(p, "=", 1)).startswith(DROPPED_PARAM_PREFIX),
+        lambda p: (
+            (p != "") & ~F.lower(F.substring_index(p, "=", 1)).startswith(DROPPED_PARAM_PREFIX)
+        ),
     )
     shown_query = F.when(F.size(params) > 0, F.concat(F.lit("?"), F.array_join(params, "&")))
     normalized = F.concat(
-        scheme, F.lit("://"), userinfo, host, shown_port, shown_path,
+        scheme,
+        F.lit("://"),
+        userinfo,
+        host,
+        shown_port,
+        shown_path,
         F.coalesce(shown_query, F.lit("")),
     )
     return F.when(url.rlike(_URL_JAVA), normalized).otherwise(url)

@@ -27,19 +27,26 @@ def sessions_frame(spark):
         end = datetime.fromtimestamp(start.timestamp() + seconds, tz=UTC)
         return (sid, client, start, end, float(seconds), payloads, pageviews, truncated, hour)
 
-    return spark.createDataFrame([
-        row("s1", 1, H1, 0, 60, 3, 2), row("s2", 1, H1, 10, 0, 1, 1),
-        row("s3", 2, H1, 20, 600, 5, 1, True), row("s4", 1, H2, 5, 30, 2, 2),
-    ], "session_id string, client_id bigint, session_start_at timestamp, "
-       "session_end_at timestamp, duration_seconds double, payload_count bigint, "
-       "pageview_count bigint, may_be_truncated boolean, hour string")
+    return spark.createDataFrame(
+        [
+            row("s1", 1, H1, 0, 60, 3, 2),
+            row("s2", 1, H1, 10, 0, 1, 1),
+            row("s3", 2, H1, 20, 600, 5, 1, True),
+            row("s4", 1, H2, 5, 30, 2, 2),
+        ],
+        "session_id string, client_id bigint, session_start_at timestamp, "
+        "session_end_at timestamp, duration_seconds double, payload_count bigint, "
+        "pageview_count bigint, may_be_truncated boolean, hour string",
+    )
 
 
 def test_split_rule_failures_routes_rules_to_their_checks() -> None:
-    per_check = split_rule_failures({
-        H1: {schemas.END_NOT_BEFORE_START: 2, "device:isin": 1},
-        H2: {schemas.DURATION_IS_DIFFERENCE: 1, schemas.STARTS_IN_PARTITION_HOUR: 3},
-    })
+    per_check = split_rule_failures(
+        {
+            H1: {schemas.END_NOT_BEFORE_START: 2, "device:isin": 1},
+            H2: {schemas.DURATION_IS_DIFFERENCE: 1, schemas.STARTS_IN_PARTITION_HOUR: 3},
+        }
+    )
     assert per_check == {
         SESSIONS_ROW_RULES: {H1: "device:isin=1"},
         SESSIONS_END_NOT_BEFORE_START: {H1: f"{schemas.END_NOT_BEFORE_START}=2"},
@@ -54,8 +61,9 @@ def test_client_hourly_reconciliation_names_the_broken_hour(spark) -> None:
     assert reconcile_client_hourly(sessions, hourly) == {}
 
     tampered = hourly.withColumn(
-        "bounces", F.when((F.col("hour") == H1) & (F.col("client_id") == 1), 5)
-        .otherwise(F.col("bounces")))
+        "bounces",
+        F.when((F.col("hour") == H1) & (F.col("client_id") == 1), 5).otherwise(F.col("bounces")),
+    )
     failing = reconcile_client_hourly(sessions, tampered)
     assert list(failing) == [H1] and "bounces_differs=1" in failing[H1]
 

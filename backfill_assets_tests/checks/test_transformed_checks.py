@@ -10,15 +10,23 @@ def test_reconciliation_names_each_broken_hour(spark) -> None:
         [(H1, "a"), (H1, "a"), (H1, "b"), (H2, "c"), (H2, "d"), (H3, "e")],
         "hour string, payload_id string",
     )
-    good = spark.createDataFrame([(H1, "a"), (H1, "b"), (H2, "c"), (H2, "d"), (H3, "e")],
-                                 "hour string, payload_id string")
+    good = spark.createDataFrame(
+        [(H1, "a"), (H1, "b"), (H2, "c"), (H2, "d"), (H3, "e")], "hour string, payload_id string"
+    )
     counts = reconcile_with_raw(good, raw)
-    assert counts[H1] == {"rows": 2, "raw_distinct_ids": 2, "duplicated_ids": 0,
-                          "missing_ids": 0, "extra_ids": 0}
+    assert counts[H1] == {
+        "rows": 2,
+        "raw_distinct_ids": 2,
+        "duplicated_ids": 0,
+        "missing_ids": 0,
+        "extra_ids": 0,
+    }
     assert reconciliation_failures([H1, H2, H3], counts) == {}
 
-    bad = spark.createDataFrame([(H1, "a"), (H1, "a"), (H1, "b"), (H2, "c"), (H2, "x"),
-                                 (H3, "e")], "hour string, payload_id string")
+    bad = spark.createDataFrame(
+        [(H1, "a"), (H1, "a"), (H1, "b"), (H2, "c"), (H2, "x"), (H3, "e")],
+        "hour string, payload_id string",
+    )
     failing = reconciliation_failures([H1, H2, H3], reconcile_with_raw(bad, raw))
     assert sorted(failing) == [H1, H2]
     assert "1 duplicated" in failing[H1]

@@ -14,7 +14,7 @@ def test_window_hours_default_and_tags() -> None:
     assert window_hours({tags.SESSION_LOOKAHEAD: ""}) == (3, 3)
 
 
-@pytest.mark.parametrize("value", ["-1", "2.5", "x", "25", "1e3"])
+@pytest.mark.parametrize("value", ["-1", "2.5", "x", "25", "1e3", "\u00b2"])
 def test_window_hours_rejects_bad_tags(value: str) -> None:
     with pytest.raises(ValueError, match="session_lookahead_hours"):
         window_hours({tags.SESSION_LOOKAHEAD: value})
@@ -32,8 +32,10 @@ def test_missing_window_hours_names_the_session_hours_that_need_them() -> None:
         "2026-11-20T10 (needed by session hour(s) 2026-11-20T07..2026-11-20T07)"
     )
     declared_empty = {"2026-11-20T05", "2026-11-20T10"}
-    assert missing_window_hours(published, "2026-11-20T03", "2026-11-20T07", 3, 3,
-                                declared_empty) == {}
+    assert (
+        missing_window_hours(published, "2026-11-20T03", "2026-11-20T07", 3, 3, declared_empty)
+        == {}
+    )
     assert missing_window_hours(published, "2026-11-20T06", "2026-11-20T06", 0, 3, set()) == {}
 
 
@@ -41,8 +43,9 @@ def test_allow_missing_true_does_not_waive_session_windows() -> None:
     """``--allow-missing-hours`` (tag "true") publishes hours without backups as empty raw and
     transformed partitions; the aggregated layer only waives hours named explicitly."""
     assert tags.allowed_missing_hours({tags.ALLOW_MISSING_HOURS: "true"}, []) == set()
-    assert tags.allowed_missing_hours(
-        {tags.ALLOW_MISSING_HOURS: "2026-11-20T05"}, []) == {"2026-11-20T05"}
+    assert tags.allowed_missing_hours({tags.ALLOW_MISSING_HOURS: "2026-11-20T05"}, []) == {
+        "2026-11-20T05"
+    }
 
 
 def test_plan_ranges_maps_damaged_received_hours_to_touched_session_hours() -> None:
@@ -58,8 +61,9 @@ def test_plan_ranges_maps_damaged_received_hours_to_touched_session_hours() -> N
     ]
     # Only aggregated: --from/--to are its own session hours.
     assert plan_ranges(["aggregated"], "2026-11-20T10", "2026-11-20T12") == [
-        ("aggregated", "2026-11-20T10", "2026-11-20T12")]
-    assert plan_ranges(["transformed", "aggregated"], "2026-11-20T10", "2026-11-20T10",
-                       lookback=1, lookahead=2)[1] == ("aggregated", "2026-11-20T08",
-                                                       "2026-11-20T11")
+        ("aggregated", "2026-11-20T10", "2026-11-20T12")
+    ]
+    assert plan_ranges(
+        ["transformed", "aggregated"], "2026-11-20T10", "2026-11-20T10", lookback=1, lookahead=2
+    )[1] == ("aggregated", "2026-11-20T08", "2026-11-20T11")
     assert validate_layers(["aggregated", "raw"]) == ["raw", "aggregated"]

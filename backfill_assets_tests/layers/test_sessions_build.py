@@ -7,17 +7,27 @@ from pyspark.sql import functions as F
 
 from backfill_assets.layers.aggregated import build_sessions, client_hourly
 
-SCHEMA = ("payload_id string, client_id bigint, user_id string, event_time timestamp, "
-          "received_at timestamp, event_type string, page_url string, device string, "
-          "hour string")
+SCHEMA = (
+    "payload_id string, client_id bigint, user_id string, event_time timestamp, "
+    "received_at timestamp, event_type string, page_url string, device string, "
+    "hour string"
+)
 
 
 def at(text: str) -> datetime:
     return datetime.fromisoformat(text).replace(tzinfo=UTC)
 
 
-def payload(pid: str, user: str, event: str, received: str | None = None, *,
-            kind: str = "pageview", url: str = "https://a.example/", device: str = "desktop"):
+def payload(
+    pid: str,
+    user: str,
+    event: str,
+    received: str | None = None,
+    *,
+    kind: str = "pageview",
+    url: str = "https://a.example/",
+    device: str = "desktop",
+):
     got = at(received) if received else at(event) + timedelta(seconds=2)
     return (pid, 1, user, at(event), got, kind, url, device, got.strftime("%Y-%m-%dT%H"))
 
@@ -27,15 +37,31 @@ PAYLOADS = [
     # starts a new one (30 min + 1 ms); p2 is delivered twice (05 and 06).
     payload("p1", "a", "2026-11-20T05:00:00", url="https://a.example/in#x", device="mobile"),
     payload("p2", "a", "2026-11-20T05:30:00", kind="click", url="https://a.example/out/"),
-    payload("p2", "a", "2026-11-20T05:30:00", "2026-11-20T06:10:00", kind="click",
-            url="https://a.example/out/"),
+    payload(
+        "p2",
+        "a",
+        "2026-11-20T05:30:00",
+        "2026-11-20T06:10:00",
+        kind="click",
+        url="https://a.example/out/",
+    ),
     payload("p3", "a", "2026-11-20T06:00:00.001", url="https://a.example/next"),
     # user b: a session from 05:50 to 08:40, read by hour 05's window up to 08:59:59.999
     # (lookahead 3): it ends 20 min before the window does, so it may be truncated.
-    *[payload(f"b{i}", "b", t) for i, t in enumerate(
-        ["2026-11-20T05:50:00", "2026-11-20T06:20:00", "2026-11-20T06:50:00",
-         "2026-11-20T07:20:00", "2026-11-20T07:50:00", "2026-11-20T08:20:00",
-         "2026-11-20T08:40:00"])],
+    *[
+        payload(f"b{i}", "b", t)
+        for i, t in enumerate(
+            [
+                "2026-11-20T05:50:00",
+                "2026-11-20T06:20:00",
+                "2026-11-20T06:50:00",
+                "2026-11-20T07:20:00",
+                "2026-11-20T07:50:00",
+                "2026-11-20T08:20:00",
+                "2026-11-20T08:40:00",
+            ]
+        )
+    ],
     # user c: a 04:50 payload received at 09:10 (outside the windows of 04 and 05), then a
     # 05:10 one: hour 05's window sees only the second, a session starting at 05:10.
     payload("c1", "c", "2026-11-20T04:50:00", "2026-11-20T09:10:00"),
@@ -48,10 +74,18 @@ PAYLOADS = [
 
 def rows(df) -> dict[tuple, dict]:
     out = df.select(
-        "hour", "user_id", F.date_format("session_start_at", "HH:mm:ss.SSS").alias("start"),
-        F.date_format("session_end_at", "HH:mm:ss.SSS").alias("end"), "payload_count",
-        "pageview_count", "entry_url", "exit_url", "device", "may_be_truncated",
-        "duration_seconds", "session_id",
+        "hour",
+        "user_id",
+        F.date_format("session_start_at", "HH:mm:ss.SSS").alias("start"),
+        F.date_format("session_end_at", "HH:mm:ss.SSS").alias("end"),
+        "payload_count",
+        "pageview_count",
+        "entry_url",
+        "exit_url",
+        "device",
+        "may_be_truncated",
+        "duration_seconds",
+        "session_id",
         F.date_format("session_start_at", "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'").alias("iso"),
     ).collect()
     return {(r["hour"], r["user_id"], r["start"]): r.asDict() for r in out}
@@ -62,14 +96,19 @@ def test_sessions_of_hand_made_payloads(spark) -> None:
     got = rows(build_sessions(df, "2026-11-20T04", "2026-11-20T06", 3, 3))
 
     assert sorted(got) == [
-        ("2026-11-20T05", "a", "05:00:00.000"), ("2026-11-20T05", "b", "05:50:00.000"),
-        ("2026-11-20T05", "c", "05:10:00.000"), ("2026-11-20T05", "d", "05:20:00.000"),
+        ("2026-11-20T05", "a", "05:00:00.000"),
+        ("2026-11-20T05", "b", "05:50:00.000"),
+        ("2026-11-20T05", "c", "05:10:00.000"),
+        ("2026-11-20T05", "d", "05:20:00.000"),
         ("2026-11-20T06", "a", "06:00:00.001"),
     ]
     a = got[("2026-11-20T05", "a", "05:00:00.000")]
     assert (a["end"], a["payload_count"], a["pageview_count"]) == ("05:30:00.000", 2, 1)
     assert (a["entry_url"], a["exit_url"], a["device"]) == (
-        "https://a.example/in#x", "https://a.example/out/", "mobile")  # normalized upstream
+        "https://a.example/in#x",
+        "https://a.example/out/",
+        "mobile",
+    )  # normalized upstream
     assert a["duration_seconds"] == 1800.0 and not a["may_be_truncated"]
     b = got[("2026-11-20T05", "b", "05:50:00.000")]
     assert (b["end"], b["payload_count"], b["may_be_truncated"]) == ("08:40:00.000", 7, True)
@@ -77,7 +116,10 @@ def test_sessions_of_hand_made_payloads(spark) -> None:
     assert (c["payload_count"], c["device"]) == (1, "tablet")
     d = got[("2026-11-20T05", "d", "05:20:00.000")]
     assert (d["entry_url"], d["exit_url"], d["pageview_count"]) == (
-        "https://a.example/first", "https://a.example/second", 1)
+        "https://a.example/first",
+        "https://a.example/second",
+        1,
+    )
     for r in got.values():
         text = f"1|{r['user_id']}|{r['iso']}"
         assert r["session_id"] == hashlib.sha256(text.encode()).hexdigest()[:32]

@@ -56,16 +56,29 @@ def built(spark, base_settings, tmp_path_factory) -> Scenario:
     spark.catalog.clearCache()
     base = tmp_path_factory.mktemp("sessions_layer")
     root = base / "backups"
-    generate_backups(root, start=START, hours=HOURS, clients=2, users_per_client=40, seed=7,
-                     late_hours_rate=0.08, duplicate_rate=0.03, workers=1)
+    generate_backups(
+        root,
+        start=START,
+        hours=HOURS,
+        clients=2,
+        users_per_client=40,
+        seed=7,
+        late_hours_rate=0.08,
+        duplicate_rate=0.03,
+        workers=1,
+    )
     defs = build_definitions(dataclasses.replace(base_settings, backup_root=str(root)))
     (base / "dagster_home").mkdir()
     with dg.DagsterInstance.local_temp(str(base / "dagster_home")) as instance:
-        runs = launch(defs, instance, [
-            ("raw", RECEIVED[0], RECEIVED[-1]),
-            ("transformed", RECEIVED[0], RECEIVED[-1]),
-            ("aggregated", SESSION_HOURS[0], SESSION_HOURS[-1]),
-        ])
+        runs = launch(
+            defs,
+            instance,
+            [
+                ("raw", RECEIVED[0], RECEIVED[-1]),
+                ("transformed", RECEIVED[0], RECEIVED[-1]),
+                ("aggregated", SESSION_HOURS[0], SESSION_HOURS[-1]),
+            ],
+        )
         yield Scenario(root, defs, instance, runs)
 
 
@@ -76,10 +89,22 @@ def collect(spark, table: str, *columns) -> list[dict]:
 
 def session_rows(spark) -> list[dict]:
     return collect(
-        spark, "aggregated.sessions", "hour", "session_id", "client_id", "user_id",
+        spark,
+        "aggregated.sessions",
+        "hour",
+        "session_id",
+        "client_id",
+        "user_id",
         F.unix_millis("session_start_at").alias("start_ms"),
-        F.unix_millis("session_end_at").alias("end_ms"), "duration_seconds", "payload_count",
-        "pageview_count", "entry_url", "exit_url", "device", "may_be_truncated", "run_id",
+        F.unix_millis("session_end_at").alias("end_ms"),
+        "duration_seconds",
+        "payload_count",
+        "pageview_count",
+        "entry_url",
+        "exit_url",
+        "device",
+        "may_be_truncated",
+        "run_id",
         "code_version",
     )
 
@@ -89,9 +114,11 @@ def locations(spark, tables: list[str], hours: list[str]) -> dict[tuple[str, str
 
 
 def checksums(spark, table: str, run_id: str) -> dict[str, str]:
-    rows = audit.read(spark, audit.SHADOW_PARTITIONS).where(
-        (F.col("table_name") == table) & (F.col("run_id") == run_id)
-    ).collect()
+    rows = (
+        audit.read(spark, audit.SHADOW_PARTITIONS)
+        .where((F.col("table_name") == table) & (F.col("run_id") == run_id))
+        .collect()
+    )
     return {r["hour"]: r["checksum"] for r in rows}
 
 
@@ -117,11 +144,15 @@ def test_one_launch_backfills_the_three_layers(spark, built: Scenario) -> None:
     assert published_hours(spark, "aggregated.client_hourly") == SESSION_HOURS
     assert built.instance.get_materialized_partitions(aggregated.SESSIONS) == set(SESSION_HOURS)
     run_ids = {r.layer: r.run_id for r in built.runs}
-    for table, layer, version in (("transformed.payloads", "transformed", "transformed-1"),
-                                  ("aggregated.sessions", "aggregated", "aggregated-1"),
-                                  ("aggregated.client_hourly", "aggregated", "aggregated-1")):
-        lineage = {(r["run_id"], r["code_version"]) for r in collect(spark, table, "run_id",
-                                                                     "code_version")}
+    for table, layer, version in (
+        ("transformed.payloads", "transformed", "transformed-1"),
+        ("aggregated.sessions", "aggregated", "aggregated-1"),
+        ("aggregated.client_hourly", "aggregated", "aggregated-1"),
+    ):
+        lineage = {
+            (r["run_id"], r["code_version"])
+            for r in collect(spark, table, "run_id", "code_version")
+        }
         assert lineage == {(run_ids[layer], version)}
 
 
@@ -138,10 +169,11 @@ def test_transformed_has_each_distinct_payload_of_the_hour_once_with_url_normali
     for r in rows:
         got[r["hour"]].append(r["payload_id"])
     assert {h: sorted(v) for h, v in got.items()} == {h: sorted(v) for h, v in expected.items()}
-    raw_urls = {(r["hour"], r["payload_id"]): r["page_url"]
-                for r in collect(spark, "raw.payloads", "hour", "payload_id", "page_url")}
-    assert all(r["page_url"] == normalize_url(raw_urls[(r["hour"], r["payload_id"])])
-               for r in rows)
+    raw_urls = {
+        (r["hour"], r["payload_id"]): r["page_url"]
+        for r in collect(spark, "raw.payloads", "hour", "payload_id", "page_url")
+    }
+    assert all(r["page_url"] == normalize_url(raw_urls[(r["hour"], r["payload_id"])]) for r in rows)
     assert any(raw_urls[(r["hour"], r["payload_id"])] != r["page_url"] for r in rows)
 
 
@@ -157,22 +189,38 @@ def test_sessions_equal_ground_truth_or_are_explained(spark, built: Scenario) ->
         truth_payloads[(p["client_id"], p["user_id"])].append(p)
 
     def members(client_id: int, user_id: str, start_ms: int, end_ms: int) -> list[dict]:
-        return [p for p in truth_payloads[(client_id, user_id)]
-                if start_ms <= p["event_time_ms"] <= end_ms]
+        return [
+            p
+            for p in truth_payloads[(client_id, user_id)]
+            if start_ms <= p["event_time_ms"] <= end_ms
+        ]
 
     def key(s: dict) -> tuple:
-        return (s["client_id"], s["user_id"], s["start_ms"], s["end_ms"], s["payload_count"],
-                s["pageview_count"], s["device"])
+        return (
+            s["client_id"],
+            s["user_id"],
+            s["start_ms"],
+            s["end_ms"],
+            s["payload_count"],
+            s["pageview_count"],
+            s["device"],
+        )
 
     published = session_rows(spark)
     published_keys = {(s["hour"], *key(s)) for s in published}
     truth = [
         {**t, "start_ms": t["session_start_ms"], "end_ms": t["session_end_ms"]}
-        for t in read_truth_sessions(built.root) if t["hour"] in SESSION_HOURS
+        for t in read_truth_sessions(built.root)
+        if t["hour"] in SESSION_HOURS
     ]
-    complete = [t for t in truth if all(
-        seen_in[p["payload_id"]] & window_of(t["hour"])
-        for p in members(t["client_id"], t["user_id"], t["start_ms"], t["end_ms"]))]
+    complete = [
+        t
+        for t in truth
+        if all(
+            seen_in[p["payload_id"]] & window_of(t["hour"])
+            for p in members(t["client_id"], t["user_id"], t["start_ms"], t["end_ms"])
+        )
+    ]
     missing = [t for t in complete if (t["hour"], *key(t)) not in published_keys]
     assert not missing, f"complete true sessions not published: {missing[:3]}"
     assert len(complete) > len(truth) / 2
@@ -193,20 +241,27 @@ def test_sessions_equal_ground_truth_or_are_explained(spark, built: Scenario) ->
 
 def payloads_of_overlapping_true_sessions(truth_payloads: dict, s: dict) -> list[dict]:
     """The true payloads of every true session overlapping published session ``s``."""
-    user = sorted(truth_payloads[(s["client_id"], s["user_id"])],
-                  key=lambda p: (p["event_time_ms"], p["payload_id"]))
+    user = sorted(
+        truth_payloads[(s["client_id"], s["user_id"])],
+        key=lambda p: (p["event_time_ms"], p["payload_id"]),
+    )
     out = []
     for true in sessionize(user):
         if true["session_start_ms"] <= s["end_ms"] and s["start_ms"] <= true["session_end_ms"]:
-            out += [p for p in user
-                    if true["session_start_ms"] <= p["event_time_ms"] <= true["session_end_ms"]]
+            out += [
+                p
+                for p in user
+                if true["session_start_ms"] <= p["event_time_ms"] <= true["session_end_ms"]
+            ]
     return out
 
 
 def test_session_columns_follow_their_definitions(spark, built: Scenario) -> None:
     urls = {p["payload_id"]: normalize_url(p["page_url"]) for p in read_truth_payloads(built.root)}
-    firsts = {(t["client_id"], t["user_id"], t["session_start_ms"]): t
-              for t in read_truth_sessions(built.root)}
+    firsts = {
+        (t["client_id"], t["user_id"], t["session_start_ms"]): t
+        for t in read_truth_sessions(built.root)
+    }
     for s in session_rows(spark):
         text = f"{s['client_id']}|{s['user_id']}|{format_iso_ms(s['start_ms'])}"
         assert s["session_id"] == hashlib.sha256(text.encode()).hexdigest()[:32]
@@ -215,8 +270,10 @@ def test_session_columns_follow_their_definitions(spark, built: Scenario) -> Non
         window_end_ms = int(parse_hour(shift_hour(s["hour"], 4)).timestamp() * 1000)
         assert s["may_be_truncated"] == (window_end_ms - s["end_ms"] <= GAP_MS)
         true = firsts.get((s["client_id"], s["user_id"], s["start_ms"]))
-        if true and true["session_end_ms"] == s["end_ms"] and (
-            true["payload_count"] == s["payload_count"]
+        if (
+            true
+            and true["session_end_ms"] == s["end_ms"]
+            and (true["payload_count"] == s["payload_count"])
         ):
             assert s["entry_url"] == urls[true["first_payload_id"]]
             assert s["exit_url"] == urls[true["last_payload_id"]]
@@ -226,9 +283,19 @@ def test_client_hourly_is_the_sums_over_sessions(spark, built: Scenario) -> None
     by_client = defaultdict(list)
     for s in session_rows(spark):
         by_client[(s["hour"], s["client_id"])].append(s)
-    rows = collect(spark, "aggregated.client_hourly", "hour", "client_id", "sessions", "payloads",
-                   "pageviews", "bounces", "mean_duration_seconds", "p95_duration_seconds",
-                   "truncated_sessions")
+    rows = collect(
+        spark,
+        "aggregated.client_hourly",
+        "hour",
+        "client_id",
+        "sessions",
+        "payloads",
+        "pageviews",
+        "bounces",
+        "mean_duration_seconds",
+        "p95_duration_seconds",
+        "truncated_sessions",
+    )
     assert {(r["hour"], r["client_id"]) for r in rows} == set(by_client)
     for r in rows:
         sessions = by_client[(r["hour"], r["client_id"])]
@@ -240,22 +307,55 @@ def test_client_hourly_is_the_sums_over_sessions(spark, built: Scenario) -> None
         assert r["truncated_sessions"] == sum(s["may_be_truncated"] for s in sessions)
         assert r["mean_duration_seconds"] == pytest.approx(np.mean(durations), abs=1e-9)
         assert r["p95_duration_seconds"] == pytest.approx(
-            np.percentile(durations, 95, method="linear"), abs=1e-9)
+            np.percentile(durations, 95, method="linear"), abs=1e-9
+        )
 
 
 def test_halfcut_command_agrees_with_the_published_sessions(spark, built, capsys) -> None:
     """``halfcut`` at ±3 h recovers exactly the published sessions that equal the sessions
     built from all published data (Python ``sessionize`` over transformed.payloads)."""
-    assert main(["halfcut", "--from", SESSION_HOURS[0], "--to", SESSION_HOURS[-1],
-                 "--max-window", "4", "--format", "json"]) == 0
+    assert (
+        main(
+            [
+                "halfcut",
+                "--from",
+                SESSION_HOURS[0],
+                "--to",
+                SESSION_HOURS[-1],
+                "--max-window",
+                "4",
+                "--format",
+                "json",
+            ]
+        )
+        == 0
+    )
     report = json.loads(capsys.readouterr().out)
-    payloads = collect(spark, "transformed.payloads", "payload_id", "client_id", "user_id",
-                       F.unix_millis("event_time").alias("event_time_ms"), "event_type",
-                       "device")
-    reference = {(s["client_id"], s["user_id"], s["session_start_ms"], s["session_end_ms"],
-                  s["payload_count"]) for s in sessionize(payloads) if s["hour"] in SESSION_HOURS}
-    rebuilt = {(s["client_id"], s["user_id"], s["start_ms"], s["end_ms"], s["payload_count"])
-               for s in session_rows(spark)}
+    payloads = collect(
+        spark,
+        "transformed.payloads",
+        "payload_id",
+        "client_id",
+        "user_id",
+        F.unix_millis("event_time").alias("event_time_ms"),
+        "event_type",
+        "device",
+    )
+    reference = {
+        (
+            s["client_id"],
+            s["user_id"],
+            s["session_start_ms"],
+            s["session_end_ms"],
+            s["payload_count"],
+        )
+        for s in sessionize(payloads)
+        if s["hour"] in SESSION_HOURS
+    }
+    rebuilt = {
+        (s["client_id"], s["user_id"], s["start_ms"], s["end_ms"], s["payload_count"])
+        for s in session_rows(spark)
+    }
     windows = {w["k"]: w for w in report["windows"]}
     assert report["sessions"] == len(reference)
     assert windows[3]["recovered"] == len(reference & rebuilt)
@@ -273,8 +373,12 @@ def test_backfill_rebuilds_exactly_the_touched_session_hours_identically(
     """Damaged received hour 07: transformed rebuilds 07, sessions rebuild every hour whose
     window touches 07 (04..10); every other partition keeps its location. Hours 04..10 were
     built in range 03..11 before and in 04..10 now: identical checksums (range independence)."""
-    tables = ["raw.payloads", "transformed.payloads", "aggregated.sessions",
-              "aggregated.client_hourly"]
+    tables = [
+        "raw.payloads",
+        "transformed.payloads",
+        "aggregated.sessions",
+        "aggregated.client_hourly",
+    ]
     before = locations(spark, tables, RECEIVED)
     ranges = plan_ranges(["transformed", "aggregated"], DAMAGED, DAMAGED)
     assert ranges == [("transformed", DAMAGED, DAMAGED), ("aggregated", TOUCHED[0], TOUCHED[-1])]
@@ -287,14 +391,17 @@ def test_backfill_rebuilds_exactly_the_touched_session_hours_identically(
     after = locations(spark, tables, RECEIVED)
     changed = {k for k in before if before[k] != after[k]}
     assert changed == {("transformed.payloads", DAMAGED)} | {
-        (t, h) for t in tables[2:] for h in TOUCHED}
+        (t, h) for t in tables[2:] for h in TOUCHED
+    }
     old_run = built.runs[2].run_id
     for table in ("shadow.sessions", "shadow.client_hourly"):
         initial, rebuilt = checksums(spark, table, old_run), checksums(spark, table, runs[1].run_id)
         assert sorted(rebuilt) == TOUCHED
         assert {h: initial[h] for h in TOUCHED} == rebuilt
-    assert checksums(spark, "shadow.transformed_payloads", runs[0].run_id)[DAMAGED] == (
-        checksums(spark, "shadow.transformed_payloads", built.runs[1].run_id)[DAMAGED])
+    assert (
+        checksums(spark, "shadow.transformed_payloads", runs[0].run_id)[DAMAGED]
+        == (checksums(spark, "shadow.transformed_payloads", built.runs[1].run_id)[DAMAGED])
+    )
 
 
 def test_failing_check_holds_back_the_hour_and_names_it(spark, built, monkeypatch) -> None:
@@ -320,9 +427,13 @@ def test_failing_check_holds_back_the_hour_and_names_it(spark, built, monkeypatc
     after = locations(spark, tables, [bad_hour, good_hour])
     assert all(after[(t, bad_hour)] == before[(t, bad_hour)] for t in tables)
     assert all(after[(t, good_hour)] != before[(t, good_hour)] for t in tables)
-    results = audit.read(spark, audit.CHECK_RESULTS).where(
-        (F.col("run_id") == run.run_id) & (F.col("check_name") == aggregated.SESSIONS_DURATION)
-    ).collect()
+    results = (
+        audit.read(spark, audit.CHECK_RESULTS)
+        .where(
+            (F.col("run_id") == run.run_id) & (F.col("check_name") == aggregated.SESSIONS_DURATION)
+        )
+        .collect()
+    )
     assert {r["hour"]: r["passed"] for r in results} == {bad_hour: False, good_hour: True}
 
 
@@ -335,6 +446,19 @@ def test_missing_window_hours_fail_naming_them(spark, built: Scenario) -> None:
     written = audit.read(spark, audit.SHADOW_PARTITIONS).where(F.col("run_id") == run.run_id)
     assert written.count() == 0
 
-    [bad] = launch(built.defs, built.instance, [("aggregated", "2026-11-20T05", "2026-11-20T05")],
-                   extra_tags={tags.SESSION_LOOKBACK: "-1"})
+    [bad] = launch(
+        built.defs,
+        built.instance,
+        [("aggregated", "2026-11-20T05", "2026-11-20T05")],
+        extra_tags={tags.SESSION_LOOKBACK: "-1"},
+    )
     assert not bad.success and any(tags.SESSION_LOOKBACK in f for f in bad.failures)
+
+    [raw_missing] = launch(
+        built.defs, built.instance, [("transformed", "2026-11-20T14", "2026-11-20T15")]
+    )
+    assert not raw_missing.success
+    assert any(
+        "raw.payloads is not published for 1 hour(s)" in f and "2026-11-20T15" in f
+        for f in raw_missing.failures
+    ), raw_missing.failures

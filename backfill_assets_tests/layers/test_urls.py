@@ -31,12 +31,17 @@ CASES = [
     ("https://example.com/?q=1", "https://example.com/?q=1"),
     ("https://example.com/a/?q=1#x", "https://example.com/a?q=1"),
     # utm_ parameters (any case) dropped, the others kept in their order
-    ("https://example.com/a?utm_source=x&ref=home&UTM_Medium=y&gclid=1&Utm_campaign=z",
-     "https://example.com/a?ref=home&gclid=1"),
+    (
+        "https://example.com/a?utm_source=x&ref=home&UTM_Medium=y&gclid=1&Utm_campaign=z",
+        "https://example.com/a?ref=home&gclid=1",
+    ),
     ("https://example.com/a?b=2&a=1&c=3", "https://example.com/a?b=2&a=1&c=3"),
     ("https://example.com/a?utm_source=x", "https://example.com/a"),
     ("https://example.com/a?utm_source=x&", "https://example.com/a"),
-    ("https://example.com/a?utm=1&utmx=2&x_utm_a=3", "https://example.com/a?utm=1&utmx=2&x_utm_a=3"),
+    (
+        "https://example.com/a?utm=1&utmx=2&x_utm_a=3",
+        "https://example.com/a?utm=1&utmx=2&x_utm_a=3",
+    ),
     ("https://example.com/a?q=utm_source&UTM_", "https://example.com/a?q=utm_source"),
     ("https://example.com/a?", "https://example.com/a"),
     # no percent-decoding, path case kept
@@ -67,8 +72,11 @@ def test_spark_normalization_equals_python(spark) -> None:
     urls += ["https://example.com/a\n/", "https://example.com/a/\n", "http://a.b/\u00c9/?\u00fc=1"]
     df = spark.createDataFrame([(u,) for u in urls], "url string")
     rows = df.select("url", normalize_url_column(df["url"]).alias("normalized")).collect()
-    mismatches = [(r["url"], r["normalized"], normalize_url(r["url"])) for r in rows
-                  if r["normalized"] != normalize_url(r["url"])]
+    mismatches = [
+        (r["url"], r["normalized"], normalize_url(r["url"]))
+        for r in rows
+        if r["normalized"] != normalize_url(r["url"])
+    ]
     assert not mismatches
     assert len(rows) == len(urls)
     nulls = spark.createDataFrame([(None,)], "url string")
