@@ -10,6 +10,7 @@ from __future__ import annotations
 import getpass
 import logging
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -41,6 +42,7 @@ class LayerRun:
     seconds: float
     failures: list[str] = field(default_factory=list)
     checks: dict[str, dict] = field(default_factory=dict)
+    request_id: str = ""
 
     @property
     def hours(self) -> int:
@@ -152,8 +154,13 @@ def launch(
     extra_tags: Mapping[str, str] | None = None,
     on_run: Callable[[LayerRun], None] | None = None,
 ) -> list[LayerRun]:
-    """Run each ``(layer, first, last)`` in order; stop at the first layer that fails."""
+    """Run each ``(layer, first, last)`` in order; stop at the first layer that fails.
+
+    Every run carries the layer tag and one request id for the whole launch, so
+    ``backfill-assets report --backfill <request id>`` reports the launch as a whole.
+    """
     job = defs.resolve_implicit_global_asset_job_def()
+    request_id = (extra_tags or {}).get(tags.REQUEST_ID) or f"launch-{uuid.uuid4().hex[:12]}"
     runs: list[LayerRun] = []
     for layer, first, last in ranges:
         parse_hour(first), parse_hour(last)
@@ -179,7 +186,7 @@ def launch(
                 reason=reason,
                 ticket=ticket,
                 requested_by=requested_by,
-                extra=extra_tags,
+                extra={**(extra_tags or {}), tags.LAYER: layer, tags.REQUEST_ID: request_id},
             ),
             raise_on_error=False,
         )
@@ -193,6 +200,7 @@ def launch(
             time.monotonic() - started,
             failures,
             checks,
+            request_id,
         )
         runs.append(run)
         if on_run:

@@ -12,6 +12,8 @@ MODE = f"{PREFIX}/mode"  # backfill | dry_run | live
 ALLOW_MISSING_HOURS = f"{PREFIX}/allow_missing_hours"  # "true" or comma-separated hours
 SESSION_LOOKBACK = f"{PREFIX}/session_lookback_hours"
 SESSION_LOOKAHEAD = f"{PREFIX}/session_lookahead_hours"
+LAYER = f"{PREFIX}/layer"  # the layer a run rebuilds (production tag concurrency)
+REQUEST_ID = f"{PREFIX}/request_id"  # every run of one launch or reconciliation request
 DAGSTER_BACKFILL = "dagster/backfill"
 MODES = ("backfill", "dry_run", "live")
 

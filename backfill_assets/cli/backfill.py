@@ -101,10 +101,12 @@ def run(args: argparse.Namespace) -> int:
     )
     failed = [r for r in runs if not r.success]
     skipped = [layer for layer, _, _ in ranges[len(runs) :]]
+    label = {"shadow": "dry run", "publish": "publish", "all": "backfill"}[steps]
     print(
-        f"{'dry run' if steps == 'shadow' else steps}: {len(runs) - len(failed)} of {len(ranges)} "
-        f"layer run(s) succeeded"
+        f"{label}: {len(runs) - len(failed)} of {len(ranges)} layer run(s) succeeded"
         + (f"; not run after the failure: {', '.join(skipped)}" if skipped else "")
-        + ("; see `backfill-assets sql` and the Dagster UI (make ui) for details" if failed else "")
+        + ("; held-back hours keep their published data" if failed else "")
     )
+    if runs:
+        print(f"report: backfill-assets report --backfill {runs[0].request_id}")
     return 1 if failed or skipped else 0

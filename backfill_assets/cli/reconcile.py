@@ -19,17 +19,31 @@ FORMATS = ("text", "json")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    text = ("compare the closed backup manifests with what is published and print the "
-            "findings and the ranges the reconciliation sensor would request (launches "
-            "nothing)")
-    p = subparsers.add_parser("reconcile", help=text, description=text)
+    text = (
+        "compare the closed backup manifests with what is published and print the "
+        "findings and the ranges the reconciliation sensor would request (launches "
+        "nothing)"
+    )
+    p = subparsers.add_parser(
+        "reconcile",
+        description=text,
+        help="compare backups with what is published; print what the sensor would request",
+    )
     p.add_argument("--format", choices=FORMATS, default="text")
-    p.add_argument("--source", choices=SOURCES, default="dagster",
-                   help="published state from Dagster's records, as the sensor (default), or "
-                        "from the ledger (starts Spark)")
-    p.add_argument("--from", dest="first", metavar="YYYY-MM-DDTHH",
-                   help="first hour to compare (default: the newest "
-                        "BACKFILL_RECONCILE_WINDOW_HOURS hours of the backup tree)")
+    p.add_argument(
+        "--source",
+        choices=SOURCES,
+        default="dagster",
+        help="published state from Dagster's records, as the sensor (default), or "
+        "from the ledger (starts Spark)",
+    )
+    p.add_argument(
+        "--from",
+        dest="first",
+        metavar="YYYY-MM-DDTHH",
+        help="first hour to compare (default: the newest "
+        "BACKFILL_RECONCILE_WINDOW_HOURS hours of the backup tree)",
+    )
     p.add_argument("--to", dest="last", metavar="YYYY-MM-DDTHH", help="last hour to compare")
     p.set_defaults(handler=run)
 
@@ -58,8 +72,10 @@ def run(args: argparse.Namespace) -> int:
     store = defs.resources[BACKUPS]
     window = state.reconcile_window(store, config, args.first, args.last)
     if window is None:
-        raise CommandError(f"no hour folders under {settings.backup_root}/raw: nothing to "
-                           f"compare (generate or point BACKUP_ROOT at a backup tree)")
+        raise CommandError(
+            f"no hour folders under {settings.backup_root}/raw: nothing to "
+            f"compare (generate or point BACKUP_ROOT at a backup tree)"
+        )
     layers = list(LAYERS.values())
     instance = get_instance(settings)
     keys = {layer.name: launch.layer_keys(defs, layer.name) for layer in layers}
@@ -69,8 +85,15 @@ def run(args: argparse.Namespace) -> int:
         published = state.published_from_ledger(spark_session(settings), layers, window.hours)
     else:
         published = state.published_from_instance(instance, layers, window.hours)
-    result = state.reconcile(store, published, layers, window, config, source=args.source,
-                             in_flight=state.runs_in_flight(instance, keys))
+    result = state.reconcile(
+        store,
+        published,
+        layers,
+        window,
+        config,
+        source=args.source,
+        in_flight=state.runs_in_flight(instance, keys),
+    )
     if args.format == "json":
         document = result.to_dict()
         for entry, request in zip(document["requests"], result.plan.requests, strict=True):

@@ -16,18 +16,33 @@ from backfill_assets.cli.main import CommandError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    text = ("report what a backfill read, wrote, published or held back and why, rows before "
-            "and after per partition, checks, duration and throughput (text, Markdown, PNG)")
-    p = subparsers.add_parser("report", help=text, description=text)
+    text = (
+        "report what a backfill read, wrote, published or held back and why, rows before "
+        "and after per partition, checks, duration and throughput (text, Markdown, PNG)"
+    )
+    p = subparsers.add_parser(
+        "report",
+        description=text,
+        help="report a run or a backfill: what changed and why (text, Markdown, PNG chart)",
+    )
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--run", metavar="RUN_ID", help="one run (e.g. a layer run of a backfill)")
-    which.add_argument("--backfill", metavar="ID",
-                       help="every run of a Dagster backfill or of a reconciliation request")
-    p.add_argument("--out", metavar="DIR",
-                   help="where to write report.md and rows_per_hour.png "
-                        "(default: DATA_ROOT/reports/<id>)")
-    p.add_argument("--no-diff", dest="diff", action="store_false",
-                   help="skip the dry-run diff (which starts Spark)")
+    which.add_argument(
+        "--backfill",
+        metavar="ID",
+        help="every run of a Dagster backfill or of a reconciliation request",
+    )
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        help="where to write report.md and rows_per_hour.png (default: DATA_ROOT/reports/<id>)",
+    )
+    p.add_argument(
+        "--no-diff",
+        dest="diff",
+        action="store_false",
+        help="skip the dry-run diff (which starts Spark)",
+    )
     p.set_defaults(handler=run)
 
 
@@ -50,8 +65,13 @@ def run(args: argparse.Namespace) -> int:
         return diff_layer(sessions[0], layer.pairs, version, hours)
 
     try:
-        report = build_report(get_instance(settings), list(LAYERS.values()), run_id=args.run,
-                              backfill_id=args.backfill, diff=diff if args.diff else None)
+        report = build_report(
+            get_instance(settings),
+            list(LAYERS.values()),
+            run_id=args.run,
+            backfill_id=args.backfill,
+            diff=diff if args.diff else None,
+        )
     except ReportError as exc:
         raise CommandError(str(exc)) from None
     ident = args.run or args.backfill

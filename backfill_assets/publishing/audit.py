@@ -36,7 +36,8 @@ _DDL: dict[str, str] = {
         "event_id string, table_name string, hour string, phase string, mode string, "
         "run_id string, version string, previous_location string, new_location string, "
         "row_count bigint, checksum string, code_version string, backfill_id string, "
-        "reason string, requested_by string, ticket string, recorded_at timestamp"
+        "reason string, requested_by string, ticket string, run_mode string, "
+        "recorded_at timestamp"
     ),
 }
 

@@ -31,6 +31,7 @@ import functools
 import json
 import logging
 import os
+import re
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -39,7 +40,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from backfill_assets.publishing.tables import identifier
 from backfill_assets.settings import is_uri
 
 log = logging.getLogger(__name__)
@@ -48,6 +48,8 @@ TIMEOUT_ENV = "BACKFILL_LOCK_TIMEOUT_SECONDS"
 DEFAULT_TIMEOUT_SECONDS = 900.0
 POLL_SECONDS = 0.2
 T = TypeVar("T")
+_LAYER = re.compile(r"^[a-z][a-z0-9_]{0,63}$")  # as tables.identifier (kept import-light)
+
 
 class PublishLockTimeout(RuntimeError):
     """Another run held the layer's publish lock for longer than the timeout."""
@@ -55,11 +57,16 @@ class PublishLockTimeout(RuntimeError):
 
 def locks_dir(warehouse_dir: str) -> Path:
     """``<DATA_ROOT>/locks`` for the warehouse ``<DATA_ROOT>/warehouse`` (see settings)."""
-    return Path(warehouse_dir).parent / "locks"
+    local = warehouse_dir.removeprefix("file://").removeprefix("file:")
+    if not local.startswith("/"):
+        raise ValueError(f"publish locks need a local warehouse path, got {warehouse_dir!r}")
+    return Path(local).parent / "locks"
 
 
 def lock_path(warehouse_dir: str, layer: str) -> Path:
-    return locks_dir(warehouse_dir) / f"publish-{identifier(layer)}.lock"
+    if not _LAYER.match(layer):
+        raise ValueError(f"invalid layer name {layer!r} for a lock file")
+    return locks_dir(warehouse_dir) / f"publish-{layer}.lock"
 
 
 def default_timeout() -> float:
@@ -88,8 +95,10 @@ def read_holder(path: Path) -> dict:
 def describe_holder(holder: dict) -> str:
     if not holder:
         return "an unknown holder"
-    return (f"run {holder.get('holder', '?')} (pid {holder.get('pid', '?')} on "
-            f"{holder.get('host', '?')}, since {holder.get('since', '?')})")
+    return (
+        f"run {holder.get('holder', '?')} (pid {holder.get('pid', '?')} on "
+        f"{holder.get('host', '?')}, since {holder.get('since', '?')})"
+    )
 
 
 @contextmanager
@@ -108,8 +117,12 @@ def publish_lock(
     then raises ``PublishLockTimeout`` naming the layer and the holder's run id.
     """
     if is_uri(warehouse_dir):
-        log.info("publish lock of %s: DATA_ROOT is %s, no local lock taken (production "
-                 "serializes publishes per layer through the run queue)", layer, warehouse_dir)
+        log.info(
+            "publish lock of %s: DATA_ROOT is %s, no local lock taken (production "
+            "serializes publishes per layer through the run queue)",
+            layer,
+            warehouse_dir,
+        )
         yield None
         return
     path = lock_path(warehouse_dir, layer)
@@ -141,8 +154,13 @@ def publish_lock(
                         on_wait(message)
                 time.sleep(POLL_SECONDS)
         since = datetime.now(UTC).isoformat(timespec="seconds")
-        info = {"holder": holder, "layer": layer, "pid": os.getpid(),
-                "host": socket.gethostname(), "since": since}
+        info = {
+            "holder": holder,
+            "layer": layer,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "since": since,
+        }
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(info).encode(), 0)
         try:
@@ -158,8 +176,9 @@ def holding_publish_lock(fn: Callable[..., T]) -> Callable[..., T]:
     ``publisher.rollback``) to run inside the layer's publish lock, held by ``run_id``."""
 
     @functools.wraps(fn)
-    def locked(spark: Any, warehouse_dir: str, layer: Any, *args: Any, run_id: str,
-               **kwargs: Any) -> T:
+    def locked(
+        spark: Any, warehouse_dir: str, layer: Any, *args: Any, run_id: str, **kwargs: Any
+    ) -> T:
         with publish_lock(warehouse_dir, layer.name, holder=run_id):
             return fn(spark, warehouse_dir, layer, *args, run_id=run_id, **kwargs)
 

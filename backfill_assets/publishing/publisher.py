@@ -218,6 +218,7 @@ def publish(
                     "reason": manifest.get("reason"),
                     "requested_by": manifest.get("requested_by"),
                     "ticket": manifest.get("ticket"),
+                    "run_mode": manifest.get("mode"),
                 }
             )
     apply_swaps(spark, warehouse_dir, events)
@@ -322,6 +323,7 @@ def rollback(
                 "reason": manifest.get("reason") or f"rollback of event {last['event_id']}",
                 "requested_by": manifest.get("requested_by"),
                 "ticket": manifest.get("ticket"),
+                "run_mode": manifest.get("mode"),
             }
         )
     apply_swaps(spark, warehouse_dir, events)

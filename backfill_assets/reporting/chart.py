@@ -24,28 +24,46 @@ def rows_chart(
     """Write grouped bars of rows ``before``/``after`` per hour, for each table of
     ``series`` (table -> [(hour, before, after)]) that has rows; a missing count is 0."""
     path = Path(path)
-    tables = [t for t, points in series.items()
-              if any(b or a for _, b, a in points)] or ["(no rows)"]
-    figure = Figure(figsize=(max(6.0, 0.45 * max((len(series.get(t, ())) for t in tables),
-                                                   default=1) + 2), 2.6 * len(tables) + 0.6),
-                    layout="constrained")
+    tables = [t for t, points in series.items() if any(b or a for _, b, a in points)] or [
+        "(no rows)"
+    ]
+    figure = Figure(
+        figsize=(
+            max(6.0, 0.45 * max((len(series.get(t, ())) for t in tables), default=1) + 2),
+            2.6 * len(tables) + 0.6,
+        ),
+        layout="constrained",
+    )
     FigureCanvasAgg(figure)
     figure.suptitle(title, fontsize=10)
     axes = figure.subplots(len(tables), 1, squeeze=False)[:, 0]
     for ax, table in zip(axes, tables, strict=True):
         points = list(series.get(table, ()))
         xs = range(len(points))
-        ax.bar([x - 0.2 for x in xs], [b or 0 for _, b, _ in points], width=0.4,
-               color=BEFORE_COLOR, label="before")
-        ax.bar([x + 0.2 for x in xs], [a or 0 for _, _, a in points], width=0.4,
-               color=AFTER_COLOR, label="after")
+        ax.bar(
+            [x - 0.2 for x in xs],
+            [b or 0 for _, b, _ in points],
+            width=0.4,
+            color=BEFORE_COLOR,
+            label="before",
+        )
+        ax.bar(
+            [x + 0.2 for x in xs],
+            [a or 0 for _, _, a in points],
+            width=0.4,
+            color=AFTER_COLOR,
+            label="after",
+        )
         ax.set_title(table, fontsize=10, loc="left")
         ax.set_ylabel("rows")
-        ax.set_xticks(list(xs), [hour[5:].replace("T", " ") + "h" for hour, _, _ in points],
-                      rotation=60, fontsize=7)
+        ax.set_xticks(
+            list(xs),
+            [hour[5:].replace("T", " ") + "h" for hour, _, _ in points],
+            rotation=60,
+            fontsize=7,
+        )
         ax.grid(axis="y", alpha=0.3)
-        ax.legend(fontsize=8, ncols=2, loc="lower right", bbox_to_anchor=(1.0, 1.0),
-                  frameon=False)
+        ax.legend(fontsize=8, ncols=2, loc="lower right", bbox_to_anchor=(1.0, 1.0), frameon=False)
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)
     return path

@@ -62,15 +62,21 @@ def _keyed(df: DataFrame, keys: Sequence[str], data: Sequence[str], side: str) -
     if not keys:
         df = df.withColumn("_row_hash", F.xxhash64(*[F.col(c) for c in data]))
     return df.groupBy("hour", *group).agg(
-        F.count(F.lit(1)).alias(f"{side}_n"), F.sum(row_hash).alias(f"{side}_h"))
+        F.count(F.lit(1)).alias(f"{side}_n"), F.sum(row_hash).alias(f"{side}_h")
+    )
 
 
 def diff_table(
-    spark: SparkSession, shadow: str, published: str, version: str, hours: Sequence[str],
+    spark: SparkSession,
+    shadow: str,
+    published: str,
+    version: str,
+    hours: Sequence[str],
 ) -> dict[str, DiffCounts]:
     """Hour -> counts for shadow version ``version`` of ``shadow`` vs ``published``."""
     new = spark.table(shadow).where(
-        (F.col("version") == run_id(version)) & F.col("hour").isin(list(hours)))
+        (F.col("version") == run_id(version)) & F.col("hour").isin(list(hours))
+    )
     data = [c for c in new.columns if c not in LINEAGE]
     keys = diff_keys(published, data)
     right = _keyed(new, keys, data, "s")
@@ -82,29 +88,44 @@ def diff_table(
         left = right.where(F.lit(False)).withColumnsRenamed({"s_n": "p_n", "s_h": "p_h"})
     group = ["hour", *(keys or ["_row_hash"])]
     s, p = right.alias("s"), left.alias("p")
-    on: Column = reduce(lambda a, b: a & b, [F.col(f"s.{c}").eqNullSafe(F.col(f"p.{c}"))
-                                             for c in group])
+    on: Column = reduce(
+        lambda a, b: a & b, [F.col(f"s.{c}").eqNullSafe(F.col(f"p.{c}")) for c in group]
+    )
     joined = s.join(p, on, "full_outer").select(
-        F.coalesce(F.col("s.hour"), F.col("p.hour")).alias("hour"), "s_n", "s_h", "p_n", "p_h")
+        F.coalesce(F.col("s.hour"), F.col("p.hour")).alias("hour"), "s_n", "s_h", "p_n", "p_h"
+    )
     same = (F.col("s_n") == F.col("p_n")) & F.col("s_h").eqNullSafe(F.col("p_h"))
-    counts = joined.groupBy("hour").agg(
-        F.sum(F.when(F.col("p_n").isNull(), 1).otherwise(0)).alias("added"),
-        F.sum(F.when(F.col("s_n").isNull(), 1).otherwise(0)).alias("removed"),
-        F.sum(F.when(F.col("s_n").isNotNull() & F.col("p_n").isNotNull() & ~same, 1)
-              .otherwise(0)).alias("changed"),
-        F.sum(F.when(F.col("s_n").isNotNull() & F.col("p_n").isNotNull() & same, 1)
-              .otherwise(0)).alias("unchanged"),
-    ).collect()
+    counts = (
+        joined.groupBy("hour")
+        .agg(
+            F.sum(F.when(F.col("p_n").isNull(), 1).otherwise(0)).alias("added"),
+            F.sum(F.when(F.col("s_n").isNull(), 1).otherwise(0)).alias("removed"),
+            F.sum(
+                F.when(F.col("s_n").isNotNull() & F.col("p_n").isNotNull() & ~same, 1).otherwise(0)
+            ).alias("changed"),
+            F.sum(
+                F.when(F.col("s_n").isNotNull() & F.col("p_n").isNotNull() & same, 1).otherwise(0)
+            ).alias("unchanged"),
+        )
+        .collect()
+    )
     result = {hour: DiffCounts() for hour in hours}
     for row in counts:
-        result[row["hour"]] = DiffCounts(int(row["added"]), int(row["removed"]),
-                                         int(row["changed"]), int(row["unchanged"]))
+        result[row["hour"]] = DiffCounts(
+            int(row["added"]), int(row["removed"]), int(row["changed"]), int(row["unchanged"])
+        )
     return result
 
 
 def diff_layer(
-    spark: SparkSession, pairs: Sequence[tuple[str, str]], version: str, hours: Sequence[str],
+    spark: SparkSession,
+    pairs: Sequence[tuple[str, str]],
+    version: str,
+    hours: Sequence[str],
 ) -> dict[str, dict[str, DiffCounts]]:
     """Published table -> hour -> counts, for every (shadow, published) pair of a layer."""
-    return {published: diff_table(spark, shadow, published, version, hours)
-            for shadow, published in pairs if table_exists(spark, shadow)}
+    return {
+        published: diff_table(spark, shadow, published, version, hours)
+        for shadow, published in pairs
+        if table_exists(spark, shadow)
+    }

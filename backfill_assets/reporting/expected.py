@@ -41,8 +41,9 @@ def raw_rows(root: str | Path) -> dict[str, tuple[int, int]]:
 def read_deliveries(root: str | Path) -> list[Delivery]:
     """Every valid line of the closed folders under ``<root>/raw``, with its received hour."""
     deliveries: list[Delivery] = []
-    for manifest_path in sorted(Path(root, "raw").glob("date=*/hour=*/client_id=*/" +
-                                                        MANIFEST_NAME)):
+    for manifest_path in sorted(
+        Path(root, "raw").glob("date=*/hour=*/client_id=*/" + MANIFEST_NAME)
+    ):
         manifest = json.loads(manifest_path.read_text())
         hour = f"{manifest['hour'][:13]}"
         start_ms = int(parse_hour(hour).timestamp() * 1000)
@@ -67,8 +68,10 @@ def transformed_rows(deliveries: Iterable[Delivery]) -> dict[str, int]:
 
 
 def sessions(
-    deliveries: Sequence[Delivery], hours: Sequence[str],
-    lookback: int = DEFAULT_LOOKBACK_HOURS, lookahead: int = DEFAULT_LOOKAHEAD_HOURS,
+    deliveries: Sequence[Delivery],
+    hours: Sequence[str],
+    lookback: int = DEFAULT_LOOKBACK_HOURS,
+    lookahead: int = DEFAULT_LOOKAHEAD_HOURS,
 ) -> dict[str, list[dict]]:
     """Session hour -> the sessions starting in it, built from the payloads received in its
     window ``[H - lookback, H + lookahead]`` (the aggregated layer's rule)."""
@@ -85,5 +88,10 @@ def sessions(
 
 def session_key(session: dict) -> tuple:
     """What makes two sessions the same session with the same content."""
-    return (session["client_id"], session["user_id"], session["session_start_ms"],
-            session["session_end_ms"], session["payload_count"])
+    return (
+        session["client_id"],
+        session["user_id"],
+        session["session_start_ms"],
+        session["session_end_ms"],
+        session["payload_count"],
+    )

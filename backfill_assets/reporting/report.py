@@ -35,8 +35,11 @@ from backfill_assets.sensors.state import (
 
 CHART_NAME = "rows_per_hour.png"
 REPORT_NAME = "report.md"
-_EVENTS = {dg.DagsterEventType.ASSET_MATERIALIZATION, dg.DagsterEventType.ASSET_CHECK_EVALUATION,
-           dg.DagsterEventType.STEP_FAILURE}
+_EVENTS = {
+    dg.DagsterEventType.ASSET_MATERIALIZATION,
+    dg.DagsterEventType.ASSET_CHECK_EVALUATION,
+    dg.DagsterEventType.STEP_FAILURE,
+}
 DiffFn = Callable[[Layer, str, list[str]], Mapping[str, Mapping[str, DiffCounts]]]
 
 
@@ -112,8 +115,7 @@ class RunSummary:
 
 
 def _run_hours(run_tags: Mapping[str, str]) -> list[str]:
-    first = run_tags.get("dagster/asset_partition_range_start") or run_tags.get(
-        "dagster/partition")
+    first = run_tags.get("dagster/asset_partition_range_start") or run_tags.get("dagster/partition")
     last = run_tags.get("dagster/asset_partition_range_end") or first
     try:
         return hour_range(first, last) if first and last else []
@@ -126,28 +128,37 @@ def _plain(value: Any) -> Any:
 
 
 def collect_run(
-    instance: dg.DagsterInstance, run_id: str, layers: Sequence[Layer],
+    instance: dg.DagsterInstance,
+    run_id: str,
+    layers: Sequence[Layer],
     diff: DiffFn | None = None,
 ) -> RunSummary:
     """Everything the report says about one run (``diff``: computes the dry-run diff)."""
     record = instance.get_run_record_by_id(run_id)
     if record is None:
-        raise ReportError(f"no run {run_id!r} in the Dagster instance "
-                          f"({instance.root_directory})")
+        raise ReportError(f"no run {run_id!r} in the Dagster instance ({instance.root_directory})")
     run = record.dagster_run
     manifest = tags.run_manifest(run.tags)
     manifest = {k: v or "" for k, v in manifest.items()}
     manifest["request_id"] = run.tags.get(REQUEST_ID_TAG, "")
     selection = {key.to_user_string().replace("/", ".") for key in run.asset_selection or ()}
-    involved = [layer for layer in layers
-                if selection & {t for pair in layer.pairs for t in pair}] if selection else []
-    summary = RunSummary(
-        run_id=run_id, status=run.status.value, layers=[layer.name for layer in involved],
-        hours=_run_hours(run.tags), manifest=manifest,
-        started=record.start_time, ended=record.end_time,
+    involved = (
+        [layer for layer in layers if selection & {t for pair in layer.pairs for t in pair}]
+        if selection
+        else []
     )
-    shadow_tables = {shadow: (layer, published) for layer in involved
-                     for shadow, published in layer.pairs}
+    summary = RunSummary(
+        run_id=run_id,
+        status=run.status.value,
+        layers=[layer.name for layer in involved],
+        hours=_run_hours(run.tags),
+        manifest=manifest,
+        started=record.start_time,
+        ended=record.end_time,
+    )
+    shadow_tables = {
+        shadow: (layer, published) for layer in involved for shadow, published in layer.pairs
+    }
     published_tables = {published: layer for layer in involved for _, published in layer.pairs}
     after: dict[tuple[str, str], dict[str, Any]] = {}
     held: dict[str, list[str]] = {}
@@ -160,13 +171,23 @@ def collect_run(
             table = mat.asset_key.to_user_string().replace("/", ".")
             if table in shadow_tables and not any(w["table"] == table for w in summary.written):
                 meta = mat.metadata
-                summary.written.append({
-                    "table": table, "version": metadata_value(meta, "version") or run_id,
-                    "rows": metadata_value(meta, "rows_written") or 0,
-                    "per_hour": metadata_value(meta, "rows_per_hour") or {},
-                })
-                for key in ("input_files", "input_bytes", "manifest_records_per_hour",
-                            "backup_problems", "source_rows", "rows_read"):
+                summary.written.append(
+                    {
+                        "table": table,
+                        "version": metadata_value(meta, "version") or run_id,
+                        "rows": metadata_value(meta, "rows_written") or 0,
+                        "per_hour": metadata_value(meta, "rows_per_hour") or {},
+                    }
+                )
+                for key in (
+                    "input_files",
+                    "input_bytes",
+                    "manifest_records_per_hour",
+                    "backup_problems",
+                    "source_table",
+                    "received_hours_read",
+                    "allowed_missing_hours",
+                ):
                     if key in meta and key not in summary.read:
                         summary.read[key] = metadata_value(meta, key)
             elif table in published_tables and mat.partition:
@@ -174,19 +195,29 @@ def collect_run(
         elif entry.asset_check_evaluation is not None:
             check = entry.asset_check_evaluation
             failing = _plain(check.metadata.get("failing_hours")) or {}
-            summary.checks.append(CheckOutcome(
-                check.check_name, check.asset_key.to_user_string(), check.passed,
-                check.severity.value, check.description or "",
-                {str(k): str(v) for k, v in dict(failing).items()}))
+            summary.checks.append(
+                CheckOutcome(
+                    check.check_name,
+                    check.asset_key.to_user_string(),
+                    check.passed,
+                    check.severity.value,
+                    check.description or "",
+                    {str(k): str(v) for k, v in dict(failing).items()},
+                )
+            )
         elif event.event_type_value == "STEP_FAILURE":
             data = event.event_specific_data
             user = getattr(data, "user_failure_data", None)
             error = getattr(data, "error", None)
-            text = (user.description if user and user.description else
-                    (error.message.strip().splitlines()[0] if error else "step failed"))
+            text = (
+                user.description
+                if user and user.description
+                else (error.message.strip().splitlines()[0] if error else "step failed")
+            )
             summary.failures.append(f"{event.step_key}: {text}")
-            for hour, reasons in dict(_plain((user.metadata if user else {}).get(
-                    "held_back")) or {}).items():
+            for hour, reasons in dict(
+                _plain((user.metadata if user else {}).get("held_back")) or {}
+            ).items():
                 held[hour] = list(reasons)
 
     check_failures: dict[str, list[str]] = {}
@@ -194,10 +225,17 @@ def collect_run(
         for hour, why in check.failing.items():
             check_failures.setdefault(hour, []).append(f"{check.name}: {why}")
     for table, layer in published_tables.items():
-        before = latest_by_partition(instance, asset_key(table), summary.hours,
-                                     before=summary.started)
-        shadow_rows = next((w["per_hour"] for w in summary.written
-                            if shadow_tables.get(w["table"], (None, ""))[1] == table), {})
+        before = latest_by_partition(
+            instance, asset_key(table), summary.hours, before=summary.started
+        )
+        shadow_rows = next(
+            (
+                w["per_hour"]
+                for w in summary.written
+                if shadow_tables.get(w["table"], (None, ""))[1] == table
+            ),
+            {},
+        )
         for hour in summary.hours:
             was = before[hour]["rows"] if hour in before else None
             reasons = held.get(hour) or check_failures.get(hour) or []
@@ -209,8 +247,9 @@ def collect_run(
             else:
                 now = was
                 status = "held back" if reasons else f"not published (run {summary.status})"
-            summary.partitions.append(PartitionRows(layer.name, table, hour, was, now, status,
-                                                    "; ".join(reasons)))
+            summary.partitions.append(
+                PartitionRows(layer.name, table, hour, was, now, status, "; ".join(reasons))
+            )
     if summary.dry_run and diff is not None:
         summary.diff = {}
         for layer in involved:
@@ -224,8 +263,10 @@ def runs_of_backfill(instance: dg.DagsterInstance, backfill_id: str) -> list[str
     for tag in (tags.DAGSTER_BACKFILL, REQUEST_ID_TAG):
         runs += instance.get_run_records(filters=dg.RunsFilter(tags={tag: backfill_id}))
     if not runs:
-        raise ReportError(f"no runs tagged {tags.DAGSTER_BACKFILL} or {REQUEST_ID_TAG} = "
-                          f"{backfill_id!r} in the Dagster instance ({instance.root_directory})")
+        raise ReportError(
+            f"no runs tagged {tags.DAGSTER_BACKFILL} or {REQUEST_ID_TAG} = "
+            f"{backfill_id!r} in the Dagster instance ({instance.root_directory})"
+        )
     unique = {r.dagster_run.run_id: r for r in runs}
 
     def started(record: dg.RunRecord) -> float:
@@ -270,8 +311,12 @@ class BackfillReport:
         return [p for run in self.runs for p in run.partitions]
 
     def _sessions(self) -> tuple[int, int, int] | None:
-        rows = [p for p in self.partitions if p.table.endswith(".sessions")
-                and p.status in ("published", "unchanged", "would publish")]
+        rows = [
+            p
+            for p in self.partitions
+            if p.table.endswith(".sessions")
+            and p.status in ("published", "unchanged", "would publish")
+        ]
         if not rows:
             return None
         before = sum(p.before or 0 for p in rows)
@@ -286,17 +331,17 @@ class BackfillReport:
         lines = []
         for layer in dict.fromkeys(p.layer for p in self.partitions):
             mine = [p for p in self.partitions if p.layer == layer]
-            changed = {p.hour for p in mine if p.status == "published"
-                       and p.after != p.before}
+            changed = {p.hour for p in mine if p.status == "published" and p.after != p.before}
             published = {p.hour for p in mine if p.status == "published"}
             same = {p.hour for p in mine if p.status == "unchanged"}
             held = {p.hour for p in mine if "held back" in p.status}
             would = {p.hour for p in mine if p.status == "would publish"}
             parts = []
             if published:
-                parts.append(f"{len(published)} hour(s) published, {len(changed)} with "
-                             f"different rows" + (f" ({describe_hours(changed)})"
-                                                  if changed else ""))
+                parts.append(
+                    f"{len(published)} hour(s) published, {len(changed)} with "
+                    f"different rows" + (f" ({describe_hours(changed)})" if changed else "")
+                )
             if would:
                 parts.append(f"{len(would)} hour(s) would be published (dry run)")
             if same:
@@ -307,41 +352,65 @@ class BackfillReport:
         sessions = self._sessions()
         if sessions:
             before, after, count = sessions
-            lines.append(f"sessions: {before:,} -> {after:,} ({after - before:+,} net) in "
-                         f"{count} session hour(s)")
+            lines.append(
+                f"sessions: {before:,} -> {after:,} ({after - before:+,} net) in "
+                f"{count} session hour(s)"
+            )
         checks = [c for r in self.runs for c in r.checks]
         failed = [c for c in checks if not c.passed]
-        lines.append(f"checks: {len(checks) - len(failed)} of {len(checks)} passed"
-                     + (": failed " + ", ".join(sorted({c.name for c in failed}))
-                        if failed else ""))
-        rate = (f", {rows / seconds:,.0f} rows/s, {seconds / hours:,.1f} s per partition-hour"
-                if seconds and hours else "")
-        lines.append(f"time: {seconds:,.1f} s in {len(self.runs)} run(s); {rows:,} rows "
-                     f"written over {hours} partition-hour(s){rate}")
+        lines.append(
+            f"checks: {len(checks) - len(failed)} of {len(checks)} passed"
+            + (": failed " + ", ".join(sorted({c.name for c in failed})) if failed else "")
+        )
+        rate = (
+            f", {rows / seconds:,.0f} rows/s, {seconds / hours:,.1f} s per partition-hour"
+            if seconds and hours
+            else ""
+        )
+        lines.append(
+            f"time: {seconds:,.1f} s in {len(self.runs)} run(s); {rows:,} rows "
+            f"written over {hours} partition-hour(s){rate}"
+        )
         return lines
 
     def _run_lines(self, run: RunSummary, md: bool) -> list[str]:
         m = run.manifest
         took = f"{run.seconds:,.1f} s" if run.seconds is not None else "-"
-        head = (f"run {run.run_id} - {', '.join(run.layers) or '?'} {run.span} - "
-                f"{run.status} - mode {m.get('mode') or '-'} - {took}")
+        head = (
+            f"run {run.run_id} - {', '.join(run.layers) or '?'} {run.span} - "
+            f"{run.status} - mode {m.get('mode') or '-'} - {took}"
+        )
         out = [f"### {head}" if md else head]
         bullet = "- " if md else "  "
-        out.append(f"{bullet}manifest: reason {m.get('reason') or '-'}; requested by "
-                   f"{m.get('requested_by') or '-'}; ticket {m.get('ticket') or '-'}; "
-                   f"backfill {m.get('backfill_id') or m.get('request_id') or '-'}; "
-                   f"started {_when(run.started)}")
+        out.append(
+            f"{bullet}manifest: reason {m.get('reason') or '-'}; requested by "
+            f"{m.get('requested_by') or '-'}; ticket {m.get('ticket') or '-'}; "
+            f"backfill {m.get('backfill_id') or m.get('request_id') or '-'}; "
+            f"started {_when(run.started)}"
+        )
         read = run.read
-        if read:
+        if "input_files" in read:  # the layer that reads the backups
             records = read.get("manifest_records_per_hour") or {}
             problems = read.get("backup_problems") or []
-            out.append(f"{bullet}read: {read.get('input_files', 0):,} backup file(s), "
-                       f"{_bytes(read.get('input_bytes') or 0)}, "
-                       f"{sum(records.values()):,} manifest record(s); backup problems: "
-                       f"{len(problems) or 'none'}")
+            out.append(
+                f"{bullet}read: {read.get('input_files', 0):,} backup file(s), "
+                f"{_bytes(read.get('input_bytes') or 0)}, "
+                f"{sum(records.values()):,} manifest record(s); backup problems: "
+                f"{len(problems) or 'none'}"
+            )
+        elif read.get("source_table"):  # a layer that reads a published table
+            window = read.get("received_hours_read")
+            empty = read.get("allowed_missing_hours") or []
+            out.append(
+                f"{bullet}read: published {read['source_table']}"
+                + (f", received hours {window}" if window else "")
+                + (f"; read as empty (outside the data): {describe_hours(empty)}" if empty else "")
+            )
         for w in run.written:
-            out.append(f"{bullet}written: {w['table']} {int(w['rows']):,} row(s), version "
-                       f"{str(w['version'])[:8]}")
+            out.append(
+                f"{bullet}written: {w['table']} {int(w['rows']):,} row(s), version "
+                f"{str(w['version'])[:8]}"
+            )
         for c in run.checks:
             verdict = "passed" if c.passed else f"FAILED ({c.severity})"
             out.append(f"{bullet}check {c.name} on {c.asset}: {verdict} - {c.description}")
@@ -350,12 +419,23 @@ class BackfillReport:
         if run.seconds:
             size = read.get("input_bytes") or 0
             per_hour = run.seconds / len(run.hours) if run.hours else run.seconds
-            out.append(f"{bullet}throughput: {run.rows_written / run.seconds:,.0f} rows/s, "
-                       f"{per_hour:,.1f} s per partition-hour"
-                       + (f", {_bytes(size / run.seconds)}/s read" if size else ""))
+            out.append(
+                f"{bullet}throughput: {run.rows_written / run.seconds:,.0f} rows/s, "
+                f"{per_hour:,.1f} s per partition-hour"
+                + (f", {_bytes(size / run.seconds)}/s read" if size else "")
+            )
         header = ["hour", "table", "before", "after", "change", "status"]
-        rows = [[p.hour, p.table, _num(p.before), _num(p.after), _num(p.change, True),
-                 p.status + (f": {p.reason}" if p.reason else "")] for p in run.partitions]
+        rows = [
+            [
+                p.hour,
+                p.table,
+                _num(p.before),
+                _num(p.after),
+                _num(p.change, True),
+                p.status + (f": {p.reason}" if p.reason else ""),
+            ]
+            for p in run.partitions
+        ]
         if run.diff:
             header += ["added", "removed", "changed"]
             for row, p in zip(rows, run.partitions, strict=True):
@@ -394,8 +474,9 @@ class BackfillReport:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         title = self.ident if len(self.ident) <= 44 else self.ident[:43] + "…"
-        chart = rows_chart(self.chart_series(), out / CHART_NAME,
-                           f"Rows per hour, before and after ({title})")
+        chart = rows_chart(
+            self.chart_series(), out / CHART_NAME, f"Rows per hour, before and after ({title})"
+        )
         markdown = out / REPORT_NAME
         markdown.write_text(self.markdown(CHART_NAME))
         return markdown, chart
@@ -404,21 +485,33 @@ class BackfillReport:
 def _table(header: list[str], rows: list[list[str]], md: bool, indent: str) -> list[str]:
     if md:
         escape = [[cell.replace("|", "\\|") for cell in row] for row in rows]
-        return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
-                *("| " + " | ".join(row) + " |" for row in escape)]
+        return [
+            "| " + " | ".join(header) + " |",
+            "|" + "---|" * len(header),
+            *("| " + " | ".join(row) + " |" for row in escape),
+        ]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
     numeric = {"before", "after", "change", "added", "removed", "changed"}
 
     def fmt(cells: list[str]) -> str:
-        return indent + "  ".join(c.rjust(w) if h in numeric else c.ljust(w)
-                                  for c, w, h in zip(cells, widths, header, strict=True)).rstrip()
+        return (
+            indent
+            + "  ".join(
+                c.rjust(w) if h in numeric else c.ljust(w)
+                for c, w, h in zip(cells, widths, header, strict=True)
+            ).rstrip()
+        )
 
     return [fmt(header), *(fmt(r) for r in rows)]
 
 
 def build_report(
-    instance: dg.DagsterInstance, layers: Sequence[Layer], *, run_id: str | None = None,
-    backfill_id: str | None = None, diff: DiffFn | None = None,
+    instance: dg.DagsterInstance,
+    layers: Sequence[Layer],
+    *,
+    run_id: str | None = None,
+    backfill_id: str | None = None,
+    diff: DiffFn | None = None,
 ) -> BackfillReport:
     """The report of ``run_id``, or of every run of ``backfill_id``."""
     if (run_id is None) == (backfill_id is None):

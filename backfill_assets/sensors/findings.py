@@ -55,12 +55,21 @@ MANIFEST_APPEARED = "manifest_appeared"
 MANIFEST_CHANGED = "manifest_changed"
 STALE = "stale"
 OUTDATED = "outdated"
-KINDS = (MISSING_HOUR, BACKUP_PROBLEM, BACKUP_GONE, UNPUBLISHED, COUNT_MISMATCH,
-         MANIFEST_APPEARED, MANIFEST_CHANGED, STALE, OUTDATED)
+KINDS = (
+    MISSING_HOUR,
+    BACKUP_PROBLEM,
+    BACKUP_GONE,
+    UNPUBLISHED,
+    COUNT_MISMATCH,
+    MANIFEST_APPEARED,
+    MANIFEST_CHANGED,
+    STALE,
+    OUTDATED,
+)
 
 REQUESTED_BY = "reconciliation-sensor"
-LAYER_TAG = f"{tags.PREFIX}/layer"  # the layer a run rebuilds (production tag concurrency)
-REQUEST_ID_TAG = f"{tags.PREFIX}/request_id"  # every run of one reconciliation request
+LAYER_TAG = tags.LAYER
+REQUEST_ID_TAG = tags.REQUEST_ID
 RANGE_START_TAG = "dagster/asset_partition_range_start"
 RANGE_END_TAG = "dagster/asset_partition_range_end"
 MAX_REASON_CHARS = 480
@@ -72,6 +81,7 @@ PlanRanges = Callable[[Sequence[str], str, str], list[tuple[str, str, str]]]
 
 
 def _env_int(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
+    """An integer setting from ``env``; a ValueError names the variable and the value."""
     text = (env.get(name) or "").strip()
     if not text:
         return default
@@ -133,6 +143,7 @@ class Published:
 
     @property
     def lines(self) -> int:
+        """Rows over every published table of the layer (raw: payloads + quarantined lines)."""
         return sum(self.rows.values())
 
 
@@ -153,9 +164,14 @@ class Finding:
         return f"{self.layer}@{self.hour}:{self.kind}:{client}:{self.detail}"
 
     def to_dict(self) -> dict:
-        return {"layer": self.layer, "hour": self.hour, "kind": self.kind,
-                "client_id": self.client_id, "actionable": self.actionable,
-                "detail": self.detail}
+        return {
+            "layer": self.layer,
+            "hour": self.hour,
+            "kind": self.kind,
+            "client_id": self.client_id,
+            "actionable": self.actionable,
+            "detail": self.detail,
+        }
 
 
 @dataclass(frozen=True)
@@ -168,6 +184,7 @@ class Window:
 
 
 def digest(items: Iterable[str], size: int = 12) -> str:
+    """A short order-independent digest of ``items`` (fingerprints in cursors, run keys)."""
     return hashlib.sha256("\n".join(sorted(items)).encode()).hexdigest()[:size]
 
 
@@ -199,8 +216,11 @@ def _when(epoch: float | None) -> str:
 def _client_findings(layer: str, hour: str, inv: HourInventory, pub: Published) -> list[Finding]:
     """Per client: the files of the closed manifests now vs the files the version read."""
     assert pub.read is not None
-    now = {f.client_id: {p.name: p.sha256 for p in f.files}
-           for f in inv.folders if f.closed and f.records is not None}
+    now = {
+        f.client_id: {p.name: p.sha256 for p in f.files}
+        for f in inv.folders
+        if f.closed and f.records is not None
+    }
     folders = {f.client_id: f for f in inv.folders}
     version = (pub.version or "?")[:8]
     findings = []
@@ -209,34 +229,62 @@ def _client_findings(layer: str, hour: str, inv: HourInventory, pub: Published) 
         if current is not None and not read:
             if current:  # a closed folder with files that the published version never saw
                 records = folders[client].records
-                findings.append(Finding(
-                    layer, hour, MANIFEST_APPEARED,
-                    f"client_id={client}: manifest of {records} record(s) in {len(current)} "
-                    f"file(s) closed after the hour was published (version {version} read "
-                    f"none of this client's files)", client))
+                findings.append(
+                    Finding(
+                        layer,
+                        hour,
+                        MANIFEST_APPEARED,
+                        f"client_id={client}: manifest of {records} record(s) in {len(current)} "
+                        f"file(s) closed after the hour was published (version {version} read "
+                        f"none of this client's files)",
+                        client,
+                    )
+                )
         elif current is None and read:
             state = "open (no manifest)" if client in folders else "gone"
-            findings.append(Finding(
-                layer, hour, BACKUP_GONE,
-                f"client_id={client}: the published version read {len(read)} file(s); the "
-                f"folder is now {state}", client, actionable=False))
+            findings.append(
+                Finding(
+                    layer,
+                    hour,
+                    BACKUP_GONE,
+                    f"client_id={client}: the published version read {len(read)} file(s); the "
+                    f"folder is now {state}",
+                    client,
+                    actionable=False,
+                )
+            )
         elif current is not None and current != read:
             added = sorted(set(current) - set(read or {}))
             removed = sorted(set(read or {}) - set(current))
             changed = sorted(n for n in set(current) & set(read or {}) if current[n] != read[n])
-            parts = [f"{label} {', '.join(names)}" for label, names in
-                     (("new", added), ("removed", removed), ("different digest", changed))
-                     if names]
-            findings.append(Finding(
-                layer, hour, MANIFEST_CHANGED,
-                f"client_id={client}: manifest changed after the hour was published "
-                f"(version {version}): {'; '.join(parts)}", client))
+            parts = [
+                f"{label} {', '.join(names)}"
+                for label, names in (
+                    ("new", added),
+                    ("removed", removed),
+                    ("different digest", changed),
+                )
+                if names
+            ]
+            findings.append(
+                Finding(
+                    layer,
+                    hour,
+                    MANIFEST_CHANGED,
+                    f"client_id={client}: manifest changed after the hour was published "
+                    f"(version {version}): {'; '.join(parts)}",
+                    client,
+                )
+            )
     return findings
 
 
 def _backup_findings(
-    layer: Layer, inventory: Mapping[str, HourInventory], published: Mapping[str, Published],
-    window: Window, grace_hours: int,
+    layer: Layer,
+    inventory: Mapping[str, HourInventory],
+    published: Mapping[str, Published],
+    window: Window,
+    grace_hours: int,
 ) -> list[Finding]:
     name = layer.name
     findings: list[Finding] = []
@@ -245,42 +293,73 @@ def _backup_findings(
         pub = published.get(hour)
         if not inv.exists:
             if pub is None:
-                findings.append(Finding(
-                    name, hour, MISSING_HOUR,
-                    "no backup folder for any client (backup outage?): nothing to read and "
-                    "nothing published; backfill it with --allow-missing-hours only if the "
-                    "hour really had no traffic", actionable=False))
+                findings.append(
+                    Finding(
+                        name,
+                        hour,
+                        MISSING_HOUR,
+                        "no backup folder for any client (backup outage?): nothing to read and "
+                        "nothing published; backfill it with --allow-missing-hours only if the "
+                        "hour really had no traffic",
+                        actionable=False,
+                    )
+                )
             elif pub.lines:
-                findings.append(Finding(
-                    name, hour, BACKUP_GONE,
-                    f"{pub.lines} line(s) published, but the hour has no backup folder any "
-                    f"more", actionable=False))
+                findings.append(
+                    Finding(
+                        name,
+                        hour,
+                        BACKUP_GONE,
+                        f"{pub.lines} line(s) published, but the hour has no backup folder any "
+                        f"more",
+                        actionable=False,
+                    )
+                )
             continue
         problems = inv.all_problems
         if problems:
             more = f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""
-            findings.append(Finding(
-                name, hour, BACKUP_PROBLEM,
-                "; ".join(problems[:3]) + more + " - waiting until the backup is consistent",
-                actionable=False))
+            findings.append(
+                Finding(
+                    name,
+                    hour,
+                    BACKUP_PROBLEM,
+                    "; ".join(problems[:3]) + more + " - waiting until the backup is consistent",
+                    actionable=False,
+                )
+            )
             continue
         closed = [f for f in inv.folders if f.closed]
         expected = inv.expected_records
         if pub is None:
             waiting = grace_from is not None and hour >= grace_from
-            findings.append(Finding(
-                name, hour, UNPUBLISHED,
-                f"{len(closed)} closed folder(s) with {expected} record(s), nothing published"
-                + (f" (within {grace_hours} h of the newest backup hour: the live pipeline's "
-                   f"turn)" if waiting else ""),
-                actionable=not waiting))
+            findings.append(
+                Finding(
+                    name,
+                    hour,
+                    UNPUBLISHED,
+                    f"{len(closed)} closed folder(s) with {expected} record(s), nothing published"
+                    + (
+                        f" (within {grace_hours} h of the newest backup hour: the live pipeline's "
+                        f"turn)"
+                        if waiting
+                        else ""
+                    ),
+                    actionable=not waiting,
+                )
+            )
             continue
         if pub.lines != expected:
             counts = " + ".join(f"{n} in {table}" for table, n in sorted(pub.rows.items()))
-            findings.append(Finding(
-                name, hour, COUNT_MISMATCH,
-                f"published {pub.lines} line(s) ({counts}) but the closed manifests now say "
-                f"{expected} ({expected - pub.lines:+d})"))
+            findings.append(
+                Finding(
+                    name,
+                    hour,
+                    COUNT_MISMATCH,
+                    f"published {pub.lines} line(s) ({counts}) but the closed manifests now say "
+                    f"{expected} ({expected - pub.lines:+d})",
+                )
+            )
         if pub.read is not None:
             findings.extend(_client_findings(name, hour, inv, pub))
     return findings
@@ -288,17 +367,24 @@ def _backup_findings(
 
 def _stale(layer: Layer, published: Mapping[str, Published]) -> list[Finding]:
     return [
-        Finding(layer.name, hour, STALE,
-                f"published by code version {pub.code_version}; the layer's code is now "
-                f"{layer.code_version}")
+        Finding(
+            layer.name,
+            hour,
+            STALE,
+            f"published by code version {pub.code_version}; the layer's code is now "
+            f"{layer.code_version}",
+        )
         for hour, pub in sorted(published.items())
         if pub.code_version is not None and pub.code_version != layer.code_version
     ]
 
 
 def _outdated(
-    upstream: Layer, layer: Layer, published: Mapping[str, Mapping[str, Published]],
-    window: Window, plan: PlanRanges,
+    upstream: Layer,
+    layer: Layer,
+    published: Mapping[str, Mapping[str, Published]],
+    window: Window,
+    plan: PlanRanges,
 ) -> list[Finding]:
     """Partitions of ``layer`` published before an upstream partition they read was."""
     ups, downs = published.get(upstream.name, {}), published.get(layer.name, {})
@@ -312,13 +398,21 @@ def _outdated(
                 continue
             for target in hour_range(first, last):
                 down = downs.get(target)
-                if (target in hours and down is not None and down.published_at is not None
-                        and down.published_at < up.published_at):
+                if (
+                    target in hours
+                    and down is not None
+                    and down.published_at is not None
+                    and down.published_at < up.published_at
+                ):
                     newer[target].append(hour)
     return [
-        Finding(layer.name, target, OUTDATED,
-                f"published at {_when(downs[target].published_at)}, before {upstream.name} "
-                f"{describe_hours(sources)} that it reads was republished")
+        Finding(
+            layer.name,
+            target,
+            OUTDATED,
+            f"published at {_when(downs[target].published_at)}, before {upstream.name} "
+            f"{describe_hours(sources)} that it reads was republished",
+        )
         for target, sources in sorted(newer.items())
     ]
 
@@ -340,15 +434,18 @@ def find(
     plan = plan or _plan_ranges
     if not layers:
         return []
-    findings = _backup_findings(layers[0], inventory, published.get(layers[0].name, {}),
-                                window, grace_hours)
+    findings = _backup_findings(
+        layers[0], inventory, published.get(layers[0].name, {}), window, grace_hours
+    )
     for index, layer in enumerate(layers):
         findings += _stale(layer, published.get(layer.name, {}))
         if index:
             findings += _outdated(layers[index - 1], layer, published, window, plan)
     order = {layer.name: i for i, layer in enumerate(layers)}
-    return sorted(findings, key=lambda f: (f.hour, order[f.layer], KINDS.index(f.kind),
-                                           f.client_id or 0, f.detail))
+    return sorted(
+        findings,
+        key=lambda f: (f.hour, order[f.layer], KINDS.index(f.kind), f.client_id or 0, f.detail),
+    )
 
 
 # ------------------------------------------------------------------------------- plan
@@ -406,9 +503,15 @@ class RangeRequest:
         return result
 
     def to_dict(self) -> dict:
-        return {"layer": self.layer, "first": self.first, "last": self.last,
-                "hours": self.hours, "reason": self.reason, "run_key": self.run_key,
-                "allow_missing_hours": list(self.allow_missing)}
+        return {
+            "layer": self.layer,
+            "first": self.first,
+            "last": self.last,
+            "hours": self.hours,
+            "reason": self.reason,
+            "run_key": self.run_key,
+            "allow_missing_hours": list(self.allow_missing),
+        }
 
 
 @dataclass
@@ -488,7 +591,7 @@ def plan(
             causes[(finding.layer, finding.hour)].add(finding)
     targets: dict[str, dict[str, set[Finding]]] = defaultdict(lambda: defaultdict(set))
     for (layer, hour), found in causes.items():
-        downstream = list(layer_names[order[layer]:])
+        downstream = list(layer_names[order[layer] :])
         for name, first, last in plan_ranges(downstream, hour, hour):
             for target in hour_range(first, last):
                 if window.earliest <= target <= window.newest:
@@ -504,8 +607,10 @@ def plan(
                 why = f"being backfilled by run {in_flight[layer][hour]}"
                 result.skipped.setdefault(layer, {})[hour] = why
             elif requested.get(layer, {}).get(hour) == fp:
-                why = ("already requested for this damage; not requested again until it "
-                       "changes (if that run failed, a person should look)")
+                why = (
+                    "already requested for this damage; not requested again until it "
+                    "changes (if that run failed, a person should look)"
+                )
                 result.skipped.setdefault(layer, {})[hour] = why
             else:
                 todo[layer][hour] = found
@@ -514,9 +619,16 @@ def plan(
     for layer, hours in todo.items():
         for first, last in contiguous_ranges(hours):
             found = set().union(*(hours[h] for h in hour_range(first, last)))
-            ranges.append(RangeRequest(
-                layer, first, last, tuple(sorted(found, key=lambda f: f.key)),
-                digest(f.key for f in found), allowed_outside(layer, first, last, window)))
+            ranges.append(
+                RangeRequest(
+                    layer,
+                    first,
+                    last,
+                    tuple(sorted(found, key=lambda f: f.key)),
+                    digest(f.key for f in found),
+                    allowed_outside(layer, first, last, window),
+                )
+            )
     groups: list[list[RangeRequest]] = []
     for request in sorted(ranges, key=lambda r: (r.first, r.last, order[r.layer])):
         if groups and request.first <= shift_hour(max(r.last for r in groups[-1]), 1):
@@ -527,8 +639,10 @@ def plan(
     for group in groups:
         size = len({h for r in group for h in hour_range(r.first, r.last)})
         if size > max_hours:
-            why = (f"{size} hours exceed the cap of {max_hours} per evaluation "
-                   f"(BACKFILL_MAX_HOURS_PER_TICK): a person should launch it")
+            why = (
+                f"{size} hours exceed the cap of {max_hours} per evaluation "
+                f"(BACKFILL_MAX_HOURS_PER_TICK): a person should launch it"
+            )
             result.deferred += [(r, why) for r in group]
         elif used + size > max_hours:
             why = f"cap of {max_hours} hours per evaluation reached; next evaluation"
@@ -538,7 +652,6 @@ def plan(
             result.requests += group
     result.requests.sort(key=lambda r: (order[r.layer], r.first))
     return result
-
 
 
 # ----------------------------------------------------------------------------- result
@@ -570,21 +683,24 @@ class Reconciliation:
         if not self.findings:
             out.append("No findings: every closed manifest matches what is published.")
         else:
-            out.append(f"{len(self.findings)} finding(s), {len(self.actionable)} to fix by a "
-                       f"backfill:")
+            out.append(
+                f"{len(self.findings)} finding(s), {len(self.actionable)} to fix by a backfill:"
+            )
             width = max(len(f.layer) for f in self.findings)
             kind_width = max(len(f.kind) for f in self.findings)
             for f in self.findings:
                 mark = "" if f.actionable else "  [for a person]"
-                out.append(f"  {f.hour}  {f.layer:<{width}}  {f.kind:<{kind_width}}  "
-                           f"{f.detail}{mark}")
+                out.append(
+                    f"  {f.hour}  {f.layer:<{width}}  {f.kind:<{kind_width}}  {f.detail}{mark}"
+                )
         if self.plan.requests:
-            out.append(f"Ranges to request ({self.plan.requested_hours} hour(s) touched, cap "
-                       f"{self.max_hours} per evaluation), in this order:")
+            out.append(
+                f"Ranges to request ({self.plan.requested_hours} hour(s) touched, cap "
+                f"{self.max_hours} per evaluation), in this order:"
+            )
             width = max(len(r.layer) for r in self.plan.requests)
             for r in self.plan.requests:
-                out.append(f"  {r.layer:<{width}}  {r.first}..{r.last}  ({r.hours} h)  "
-                           f"{r.reason}")
+                out.append(f"  {r.layer:<{width}}  {r.first}..{r.last}  ({r.hours} h)  {r.reason}")
         elif self.actionable:
             out.append("Nothing new to request.")
         for r, why in self.plan.deferred:
@@ -599,14 +715,19 @@ class Reconciliation:
 
     def to_dict(self) -> dict:
         return {
-            "window": {"first": self.window.hours[0], "last": self.window.hours[-1],
-                       "hours": len(self.window.hours), "backups_earliest": self.window.earliest,
-                       "backups_newest": self.window.newest},
+            "window": {
+                "first": self.window.hours[0],
+                "last": self.window.hours[-1],
+                "hours": len(self.window.hours),
+                "backups_earliest": self.window.earliest,
+                "backups_newest": self.window.newest,
+            },
             "source": self.source,
             "findings": [f.to_dict() for f in self.findings],
             "requests": [r.to_dict() for r in self.plan.requests],
             "deferred": [{**r.to_dict(), "why": why} for r, why in self.plan.deferred],
-            "skipped": {layer: dict(sorted(h.items()))
-                        for layer, h in sorted(self.plan.skipped.items())},
+            "skipped": {
+                layer: dict(sorted(h.items())) for layer, h in sorted(self.plan.skipped.items())
+            },
             "max_hours_per_tick": self.max_hours,
         }

@@ -65,8 +65,11 @@ class Cursor:
         return cls(requested=data.get("requested", {}), reported=data.get("reported", {}))
 
     def dump(self) -> str:
-        return json.dumps({"requested": self.requested, "reported": self.reported},
-                          sort_keys=True, separators=(",", ":"))
+        return json.dumps(
+            {"requested": self.requested, "reported": self.reported},
+            sort_keys=True,
+            separators=(",", ":"),
+        )
 
 
 @dataclass
@@ -94,7 +97,10 @@ def _next_requested(result: Reconciliation, previous: Cursor) -> dict[str, dict[
 
 
 def _observations(
-    result: Reconciliation, previous: Cursor, layers: Sequence[Layer], request_id: str,
+    result: Reconciliation,
+    previous: Cursor,
+    layers: Sequence[Layer],
+    request_id: str,
 ) -> tuple[list[dg.AssetObservation], dict[str, dict[str, str]]]:
     """Observations for hours whose findings (or what is done about them) changed."""
     by_hour: dict[tuple[str, str], list] = {}
@@ -111,27 +117,37 @@ def _observations(
         if previous.reported.get(layer, {}).get(hour) == mark:
             continue
         requested = action.startswith("backfill requested")
-        events.append(dg.AssetObservation(
-            asset_key=keys[layer], partition=hour,
-            description=f"reconciliation: {', '.join(sorted({f.kind for f in found}))}",
-            metadata={
-                "reconciliation": "drift",
-                "kinds": ", ".join(sorted({f.kind for f in found})),
-                "findings": dg.MetadataValue.json([f.to_dict() for f in found]),
-                "action": action,
-                "request_id": request_id if requested else "",
-                "sensor": SENSOR_NAME,
-            },
-        ))
+        events.append(
+            dg.AssetObservation(
+                asset_key=keys[layer],
+                partition=hour,
+                description=f"reconciliation: {', '.join(sorted({f.kind for f in found}))}",
+                metadata={
+                    "reconciliation": "drift",
+                    "kinds": ", ".join(sorted({f.kind for f in found})),
+                    "findings": dg.MetadataValue.json([f.to_dict() for f in found]),
+                    "action": action,
+                    "request_id": request_id if requested else "",
+                    "sensor": SENSOR_NAME,
+                },
+            )
+        )
     for layer, hours in sorted(previous.reported.items()):
         for hour in sorted(hours):
             if (layer, hour) not in by_hour and hour in window and layer in keys:
-                events.append(dg.AssetObservation(
-                    asset_key=keys[layer], partition=hour,
-                    description="reconciliation: resolved",
-                    metadata={"reconciliation": "resolved", "kinds": "", "action": "none",
-                              "sensor": SENSOR_NAME},
-                ))
+                events.append(
+                    dg.AssetObservation(
+                        asset_key=keys[layer],
+                        partition=hour,
+                        description="reconciliation: resolved",
+                        metadata={
+                            "reconciliation": "resolved",
+                            "kinds": "",
+                            "action": "none",
+                            "sensor": SENSOR_NAME,
+                        },
+                    )
+                )
     return events, reported
 
 
@@ -149,28 +165,49 @@ def evaluate(
     request_id = f"reconcile-{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
     window = reconcile_window(backups, config)
     if window is None:
-        return Evaluation(None, dg.SensorResult(
-            skip_reason=f"no hour folders under {backups.root}/raw yet", cursor=cursor,
-        ), request_id)
+        return Evaluation(
+            None,
+            dg.SensorResult(
+                skip_reason=f"no hour folders under {backups.root}/raw yet",
+                cursor=cursor,
+            ),
+            request_id,
+        )
     published = published_from_instance(instance, layers, window.hours)
     in_flight = runs_in_flight(instance, keys_by_layer)
-    result = reconcile(backups, published, layers, window, config, source="dagster",
-                       in_flight=in_flight, requested=previous.requested)
+    result = reconcile(
+        backups,
+        published,
+        layers,
+        window,
+        config,
+        source="dagster",
+        in_flight=in_flight,
+        requested=previous.requested,
+    )
     run_requests = [
-        dg.RunRequest(run_key=request.run_key, asset_selection=list(keys_by_layer[request.layer]),
-                      tags=request.tags(request_id))
+        dg.RunRequest(
+            run_key=request.run_key,
+            asset_selection=list(keys_by_layer[request.layer]),
+            tags=request.tags(request_id),
+        )
         for request in result.plan.requests
     ]
     events, reported = _observations(result, previous, layers, request_id)
     next_cursor = Cursor(requested=_next_requested(result, previous), reported=reported).dump()
     if run_requests:
-        sensor_result = dg.SensorResult(run_requests=run_requests, asset_events=events,
-                                        cursor=next_cursor)
+        sensor_result = dg.SensorResult(
+            run_requests=run_requests, asset_events=events, cursor=next_cursor
+        )
     else:
-        summary = (f"{len(result.findings)} finding(s), nothing new to request"
-                   if result.findings else "no findings: backups and published data agree")
-        sensor_result = dg.SensorResult(skip_reason=summary, asset_events=events,
-                                        cursor=next_cursor)
+        summary = (
+            f"{len(result.findings)} finding(s), nothing new to request"
+            if result.findings
+            else "no findings: backups and published data agree"
+        )
+        sensor_result = dg.SensorResult(
+            skip_reason=summary, asset_events=events, cursor=next_cursor
+        )
     return Evaluation(result, sensor_result, request_id)
 
 
@@ -194,8 +231,9 @@ def build_reconciliation_sensor(config: ReconcileConfig | None = None) -> dg.Sen
         context: dg.SensorEvaluationContext, backups: BackupStore
     ) -> dg.SensorResult:
         layers = list(registry.LAYERS.values())
-        keys = layer_asset_keys(context.repository_def.assets_defs_by_key,
-                                [layer.name for layer in layers])
+        keys = layer_asset_keys(
+            context.repository_def.assets_defs_by_key, [layer.name for layer in layers]
+        )
         evaluation = evaluate(context.instance, keys, backups, config, context.cursor, layers)
         if evaluation.reconciliation is not None:
             for line in evaluation.reconciliation.lines():

@@ -44,8 +44,10 @@ _DATE_DIR = re.compile(r"^date=(\d{4}-\d{2}-\d{2})$")
 _HOUR_DIR = re.compile(r"^hour=(\d{2})$")
 _READ_FILE = re.compile(r"^raw/(date=[^/]+/hour=\d{2})/client_id=(\d+)/([^/]+)$")
 ACTIVE_STATUSES = [
-    dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED,
-    dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED,
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
 ]
 PAGE = 500
 
@@ -75,13 +77,14 @@ def backup_bounds(store: BackupStore) -> tuple[str, str] | None:
     """First and newest hour folders of the tree (a few listings), None if it is empty."""
     dates = sorted(m.group(1) for d in store.list_dir("raw") if (m := _DATE_DIR.match(d)))
     earliest = next((hours[0] for d in dates if (hours := _hours_of_date(store, d))), None)
-    newest = next((hours[-1] for d in reversed(dates) if (hours := _hours_of_date(store, d))),
-                  None)
+    newest = next((hours[-1] for d in reversed(dates) if (hours := _hours_of_date(store, d))), None)
     return (earliest, newest) if earliest and newest else None
 
 
 def reconcile_window(
-    store: BackupStore, config: ReconcileConfig, first: str | None = None,
+    store: BackupStore,
+    config: ReconcileConfig,
+    first: str | None = None,
     last: str | None = None,
 ) -> Window | None:
     """The hours to compare: ``first..last`` if given, else the newest
@@ -115,8 +118,10 @@ def partition_facts(metadata: Mapping[str, Any], hour: str) -> dict[str, Any]:
     if isinstance(published, Mapping):  # one materialization for the range, facts by hour
         info = dict(published.get(hour) or {})
     else:  # one materialization per published hour (some hours were held back)
-        info = {key: metadata_value(metadata, key) for key in
-                ("status", "shadow_version", "row_count", "code_version")}
+        info = {
+            key: metadata_value(metadata, key)
+            for key in ("status", "shadow_version", "row_count", "code_version")
+        }
     rows = text_or_none(info.get("row_count"))
     return {
         "status": text_or_none(info.get("status")) or "published",
@@ -127,13 +132,17 @@ def partition_facts(metadata: Mapping[str, Any], hour: str) -> dict[str, Any]:
 
 
 def _manifest(metadata: Mapping[str, Any]) -> dict[str, str]:
-    return {key: str(metadata_value(metadata, key) or "") for key in
-            ("run_id", "mode", "reason", "requested_by", "ticket", "backfill_id")
-            if key in metadata}
+    return {
+        key: str(metadata_value(metadata, key) or "")
+        for key in ("run_id", "mode", "reason", "requested_by", "ticket", "backfill_id")
+        if key in metadata
+    }
 
 
 def latest_by_partition(
-    instance: dg.DagsterInstance, key: dg.AssetKey, hours: Sequence[str],
+    instance: dg.DagsterInstance,
+    key: dg.AssetKey,
+    hours: Sequence[str],
     before: float | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Newest materialization of ``key`` per hour (before epoch ``before`` if given): its
@@ -144,9 +153,11 @@ def latest_by_partition(
     cursor = None
     while pending:
         page = instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=key, asset_partitions=sorted(pending),
-                                  before_timestamp=before),
-            limit=PAGE, cursor=cursor,
+            dg.AssetRecordsFilter(
+                asset_key=key, asset_partitions=sorted(pending), before_timestamp=before
+            ),
+            limit=PAGE,
+            cursor=cursor,
         )
         for record in page.records:
             hour = record.partition_key
@@ -158,9 +169,14 @@ def latest_by_partition(
             if state is None:
                 lineage_code = text_or_none(metadata_value(metadata, "code_version"))
                 code = info["code_version"] or lineage_code
-                state = found[hour] = {**info, "code_version": code, "published_at": None,
-                                       "seen_at": record.timestamp, "run_id": record.run_id,
-                                       "manifest": _manifest(metadata)}
+                state = found[hour] = {
+                    **info,
+                    "code_version": code,
+                    "published_at": None,
+                    "seen_at": record.timestamp,
+                    "run_id": record.run_id,
+                    "manifest": _manifest(metadata),
+                }
             if info["version"] != state["version"]:
                 # An older version: the current one was put in place by the oldest record
                 # of it seen so far (all of them were "unchanged" re-publishes).
@@ -180,15 +196,21 @@ def latest_by_partition(
     return found
 
 
-def _read_files(instance: dg.DagsterInstance, shadow: dg.AssetKey, version: str, hour: str,
-                ) -> tuple[dict[str, dict[int, dict[str, str]]] | None, str | None]:
+def _read_files(
+    instance: dg.DagsterInstance,
+    shadow: dg.AssetKey,
+    version: str,
+    hour: str,
+) -> tuple[dict[str, dict[int, dict[str, str]]] | None, str | None]:
     """The files shadow version ``version`` read, by hour and client (None if unknown),
     and the code version it was written with, from its shadow materialization."""
     cursor = None
     while True:
         page = instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=shadow, asset_partitions=[hour]), limit=20,
-            cursor=cursor)
+            dg.AssetRecordsFilter(asset_key=shadow, asset_partitions=[hour]),
+            limit=20,
+            cursor=cursor,
+        )
         for record in page.records:
             if record.run_id != version or record.asset_materialization is None:
                 continue
@@ -211,14 +233,15 @@ def _read_files(instance: dg.DagsterInstance, shadow: dg.AssetKey, version: str,
 
 
 def published_from_instance(
-    instance: dg.DagsterInstance, layers: Sequence[Layer], hours: Sequence[str],
+    instance: dg.DagsterInstance,
+    layers: Sequence[Layer],
+    hours: Sequence[str],
 ) -> dict[str, dict[str, Published]]:
     """Published partitions of ``layers`` in ``hours`` from Dagster's records (no Spark)."""
     result: dict[str, dict[str, Published]] = {}
     for index, layer in enumerate(layers):
         tables = [published for _, published in layer.pairs]
-        latest = {table: latest_by_partition(instance, asset_key(table), hours)
-                  for table in tables}
+        latest = {table: latest_by_partition(instance, asset_key(table), hours) for table in tables}
         main = latest[tables[0]]
         read_by_version: dict[str, tuple[dict | None, str | None]] = {}
         if index == 0:  # the backup-reading layer: which files did each version read?
@@ -232,11 +255,15 @@ def published_from_instance(
             read, code = read_by_version.get(state["version"], (None, None))
             per_hour = read.get(backup_hour_path(hour), {}) if read is not None else None
             partitions[hour] = Published(
-                layer=layer.name, hour=hour,
+                layer=layer.name,
+                hour=hour,
                 rows={t: latest[t][hour]["rows"] for t in tables if hour in latest[t]},
-                version=state["version"], code_version=state["code_version"] or code,
-                published_at=state["published_at"], run_id=state["run_id"],
-                read=per_hour, manifest=state["manifest"],
+                version=state["version"],
+                code_version=state["code_version"] or code,
+                published_at=state["published_at"],
+                run_id=state["run_id"],
+                read=per_hour,
+                manifest=state["manifest"],
             )
         result[layer.name] = partitions
     return result
@@ -246,7 +273,9 @@ def published_from_instance(
 
 
 def published_from_ledger(
-    spark: SparkSession, layers: Sequence[Layer], hours: Sequence[str],
+    spark: SparkSession,
+    layers: Sequence[Layer],
+    hours: Sequence[str],
 ) -> dict[str, dict[str, Published]]:
     """Published partitions of ``layers`` in ``hours`` from the ledger: the last committed
     event per (table, hour), joined to ``audit.shadow_partitions`` by location (a rollback
@@ -259,14 +288,22 @@ def published_from_ledger(
 
     table_layer = {table: layer.name for layer in layers for _, table in layer.pairs}
     ledger = audit.read(spark, audit.PUBLICATIONS).where(
-        (F.col("phase") == COMMIT) & F.col("table_name").isin(list(table_layer))
-        & F.col("hour").isin(list(hours)))
-    last = ledger.withColumn("rank", F.row_number().over(
-        SparkWindow.partitionBy("table_name", "hour").orderBy(F.col("recorded_at").desc())
-    )).where(F.col("rank") == 1)
+        (F.col("phase") == COMMIT)
+        & F.col("table_name").isin(list(table_layer))
+        & F.col("hour").isin(list(hours))
+    )
+    last = ledger.withColumn(
+        "rank",
+        F.row_number().over(
+            SparkWindow.partitionBy("table_name", "hour").orderBy(F.col("recorded_at").desc())
+        ),
+    ).where(F.col("rank") == 1)
     shadows = audit.read(spark, audit.SHADOW_PARTITIONS).select(
-        F.col("location").alias("new_location"), F.col("version").alias("shadow_version"),
-        F.col("row_count").alias("shadow_rows"), F.col("code_version").alias("shadow_code"))
+        F.col("location").alias("new_location"),
+        F.col("version").alias("shadow_version"),
+        F.col("row_count").alias("shadow_rows"),
+        F.col("code_version").alias("shadow_code"),
+    )
     rows = last.join(shadows, "new_location", "left").collect()
 
     main_table = {layer.name: layer.pairs[0][1] for layer in layers}
@@ -284,13 +321,14 @@ def published_from_ledger(
     for (layer, hour), entry in by_hour.items():
         row = entry["row"]
         result[layer][hour] = Published(
-            layer=layer, hour=hour, rows=entry["rows"],
+            layer=layer,
+            hour=hour,
+            rows=entry["rows"],
             version=row["version"] or row["shadow_version"],
             code_version=row["code_version"] or row["shadow_code"],
             published_at=row["recorded_at"].timestamp() if row["recorded_at"] else None,
             run_id=row["run_id"],
-            manifest={k: row[k] or "" for k in ("reason", "requested_by", "ticket",
-                                                "backfill_id")},
+            manifest={k: row[k] or "" for k in ("reason", "requested_by", "ticket", "backfill_id")},
         )
     return result
 
@@ -299,7 +337,8 @@ def published_from_ledger(
 
 
 def layer_asset_keys(
-    assets_defs_by_key: Mapping[dg.AssetKey, dg.AssetsDefinition], layers: Sequence[str],
+    assets_defs_by_key: Mapping[dg.AssetKey, dg.AssetsDefinition],
+    layers: Sequence[str],
 ) -> dict[str, list[dg.AssetKey]]:
     """The assets of each layer (its Dagster group), as ``launch.layer_keys`` selects them."""
     keys: dict[str, list[dg.AssetKey]] = {layer: [] for layer in layers}
@@ -311,7 +350,8 @@ def layer_asset_keys(
 
 
 def runs_in_flight(
-    instance: dg.DagsterInstance, keys_by_layer: Mapping[str, Sequence[dg.AssetKey]],
+    instance: dg.DagsterInstance,
+    keys_by_layer: Mapping[str, Sequence[dg.AssetKey]],
 ) -> dict[str, dict[str, str]]:
     """Hours of each layer that a queued or running run is rebuilding: layer -> hour -> run id
     (whoever launched it: this sensor, the UI, the CLI)."""
@@ -350,7 +390,12 @@ def reconcile(
     """Inventory the window's backups, compare with ``published``, plan the requests."""
     inventory = take_inventory(store, list(window.hours))
     findings = find(inventory, published, layers, window, grace_hours=config.grace_hours)
-    planned = plan(findings, [layer.name for layer in layers], window,
-                   max_hours=config.max_hours_per_tick, in_flight=in_flight,
-                   requested=requested)
+    planned = plan(
+        findings,
+        [layer.name for layer in layers],
+        window,
+        max_hours=config.max_hours_per_tick,
+        in_flight=in_flight,
+        requested=requested,
+    )
     return Reconciliation(window, findings, planned, source, config.max_hours_per_tick)

@@ -36,8 +36,13 @@ with publish_lock(sys.argv[1], "raw", holder="run-B", timeout=float(sys.argv[2])
 
 
 def _python(code: str, *args: str, stdin: int | None = None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", code, *args], stdin=stdin,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *args],
+        stdin=stdin,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 @pytest.fixture

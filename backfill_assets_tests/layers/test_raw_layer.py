@@ -81,7 +81,7 @@ def test_range_runs_once_and_publishes_exactly_the_valid_lines(
 
 
 def test_rerun_is_idempotent_and_rollback_restores_previous_version(
-    spark, make_backups, run_layers
+    spark, make_backups, run_layers, base_settings
 ):
     backups = make_backups()
     run_layers(backups, [("raw", FIRST, LAST)])
@@ -99,7 +99,7 @@ def test_rerun_is_idempotent_and_rollback_restores_previous_version(
 
     publisher.rollback(
         spark,
-        str(Path(spark.conf.get("spark.sql.warehouse.dir"))),
+        base_settings.warehouse_dir,
         LAYER,
         "2026-11-20T01",
         run_id="rollback-test",

@@ -10,13 +10,23 @@ from backfill_assets.partitions import backup_hour_path, hour_range
 from backfill_assets.publishing.publisher import Layer
 from backfill_assets.sensors import findings as F
 
-RAW = Layer("raw", "shadow.raw_payloads",
-            (("shadow.raw_payloads", "raw.payloads"), ("shadow.raw_quarantine", "raw.quarantine")),
-            (), "raw-1")
-TRANSFORMED = Layer("transformed", "shadow.transformed_payloads",
-                    (("shadow.transformed_payloads", "transformed.payloads"),), (), "transformed-1")
-SESSIONS = Layer("sessions", "shadow.sessions", (("shadow.sessions", "agg.sessions"),), (),
-                 "sessions-1")
+RAW = Layer(
+    "raw",
+    "shadow.raw_payloads",
+    (("shadow.raw_payloads", "raw.payloads"), ("shadow.raw_quarantine", "raw.quarantine")),
+    (),
+    "raw-1",
+)
+TRANSFORMED = Layer(
+    "transformed",
+    "shadow.transformed_payloads",
+    (("shadow.transformed_payloads", "transformed.payloads"),),
+    (),
+    "transformed-1",
+)
+SESSIONS = Layer(
+    "sessions", "shadow.sessions", (("shadow.sessions", "agg.sessions"),), (), "sessions-1"
+)
 LAYERS = [RAW, TRANSFORMED, SESSIONS]
 NAMES = [layer.name for layer in LAYERS]
 DAY = hour_range("2026-11-20T00", "2026-11-20T23")
@@ -26,17 +36,30 @@ WINDOW = F.Window(tuple(DAY), DAY[0], DAY[-1])
 def plan_ranges(layers, first, last):
     """The project's rule: received-hour layers keep the range, sessions widen it."""
     upstream = any(layer != "sessions" for layer in layers)
-    return [(layer, *session_hours_touching(first, last))
-            if layer == "sessions" and upstream else (layer, first, last) for layer in layers]
+    return [
+        (layer, *session_hours_touching(first, last))
+        if layer == "sessions" and upstream
+        else (layer, first, last)
+        for layer in layers
+    ]
 
 
-def folder(hour: str, client: int, files: dict[str, int], *, closed: bool = True,
-           sha: str = "a") -> Folder:
+def folder(
+    hour: str, client: int, files: dict[str, int], *, closed: bool = True, sha: str = "a"
+) -> Folder:
     rel = f"raw/{backup_hour_path(hour)}/client_id={client}"
     parts = tuple(PartFile(f"{rel}/{n}", n, r, f"{sha}{n}", 10) for n, r in files.items())
     problems = () if closed else (f"{rel}: no _MANIFEST.json (folder still being written)",)
-    return Folder(hour, client, rel, closed, sum(files.values()) if closed else None,
-                  parts if closed else (), "m" if closed else None, problems)
+    return Folder(
+        hour,
+        client,
+        rel,
+        closed,
+        sum(files.values()) if closed else None,
+        parts if closed else (),
+        "m" if closed else None,
+        problems,
+    )
 
 
 def inventory(*folders: Folder, hours: list[str] = DAY) -> dict[str, HourInventory]:
@@ -50,20 +73,37 @@ def inventory(*folders: Folder, hours: list[str] = DAY) -> dict[str, HourInvento
     return result
 
 
-def published(layer: Layer, hour: str, rows: int, *, at: float = 100.0, code: str | None = None,
-              read: dict | None = None) -> F.Published:
+def published(
+    layer: Layer,
+    hour: str,
+    rows: int,
+    *,
+    at: float = 100.0,
+    code: str | None = None,
+    read: dict | None = None,
+) -> F.Published:
     tables = [t for _, t in layer.pairs]
-    return F.Published(layer.name, hour, {tables[0]: rows, **{t: 0 for t in tables[1:]}},
-                       "v1", code or layer.code_version, at, "run1", read)
+    return F.Published(
+        layer.name,
+        hour,
+        {tables[0]: rows, **{t: 0 for t in tables[1:]}},
+        "v1",
+        code or layer.code_version,
+        at,
+        "run1",
+        read,
+    )
 
 
 def healthy(hours=DAY) -> tuple[dict[str, HourInventory], dict[str, dict[str, F.Published]]]:
     """Every hour: clients 1 and 2 with 10 records each, all read and published."""
     folders = [folder(h, c, {"part-00000.jsonl.zst": 10}) for h in hours for c in (1, 2)]
     read = {c: {"part-00000.jsonl.zst": "apart-00000.jsonl.zst"} for c in (1, 2)}
-    pub = {"raw": {h: published(RAW, h, 20, read=read) for h in hours},
-           "transformed": {h: published(TRANSFORMED, h, 20, at=200.0) for h in hours},
-           "sessions": {h: published(SESSIONS, h, 5, at=300.0) for h in hours}}
+    pub = {
+        "raw": {h: published(RAW, h, 20, read=read) for h in hours},
+        "transformed": {h: published(TRANSFORMED, h, 20, at=200.0) for h in hours},
+        "sessions": {h: published(SESSIONS, h, 5, at=300.0) for h in hours},
+    }
     return inventory(*folders, hours=list(hours)), pub
 
 
@@ -82,7 +122,9 @@ def test_a_late_manifest_is_found_per_hour_and_per_client() -> None:
     inv[hour].folders.append(folder(hour, 3, {"part-00000.jsonl.zst": 7}))
     found = find(inv, pub)
     assert [(f.hour, f.kind, f.client_id) for f in found] == [
-        (hour, F.COUNT_MISMATCH, None), (hour, F.MANIFEST_APPEARED, 3)]
+        (hour, F.COUNT_MISMATCH, None),
+        (hour, F.MANIFEST_APPEARED, 3),
+    ]
     assert "published 20 line(s)" in found[0].detail and "now say 27 (+7)" in found[0].detail
     assert "client_id=3: manifest of 7 record(s)" in found[1].detail
     assert all(f.actionable for f in found)
@@ -108,15 +150,18 @@ def test_without_read_lineage_only_counts_are_compared() -> None:
 def test_missing_and_inconsistent_hours_are_reported_for_a_person() -> None:
     inv, pub = healthy()
     del pub["raw"]["2026-11-20T05"]
-    inv["2026-11-20T05"] = HourInventory("2026-11-20T05", exists=False,
-                                         problems=["no backup folder (backup outage?)"])
+    inv["2026-11-20T05"] = HourInventory(
+        "2026-11-20T05", exists=False, problems=["no backup folder (backup outage?)"]
+    )
     inv["2026-11-20T06"].folders.append(folder("2026-11-20T06", 3, {}, closed=False))
     found = {(f.hour, f.kind): f for f in find(inv, pub)}
     assert set(found) == {("2026-11-20T05", F.MISSING_HOUR), ("2026-11-20T06", F.BACKUP_PROBLEM)}
     assert not any(f.actionable for f in found.values())
     assert "--allow-missing-hours" in found[("2026-11-20T05", F.MISSING_HOUR)].detail
-    assert F.plan(list(found.values()), NAMES, WINDOW, max_hours=48,
-                  plan_ranges=plan_ranges).requests == []
+    assert (
+        F.plan(list(found.values()), NAMES, WINDOW, max_hours=48, plan_ranges=plan_ranges).requests
+        == []
+    )
 
 
 def test_unpublished_hours_wait_for_the_live_pipeline_within_the_grace_period() -> None:
@@ -131,11 +176,11 @@ def test_unpublished_hours_wait_for_the_live_pipeline_within_the_grace_period() 
 
 def test_an_older_code_version_is_stale_in_every_layer() -> None:
     inv, pub = healthy()
-    pub["transformed"]["2026-11-20T02"] = published(TRANSFORMED, "2026-11-20T02", 20, at=200.0,
-                                                     code="transformed-0")
+    pub["transformed"]["2026-11-20T02"] = published(
+        TRANSFORMED, "2026-11-20T02", 20, at=200.0, code="transformed-0"
+    )
     found = find(inv, pub)
-    assert [(f.layer, f.hour, f.kind) for f in found] == [
-        ("transformed", "2026-11-20T02", F.STALE)]
+    assert [(f.layer, f.hour, f.kind) for f in found] == [("transformed", "2026-11-20T02", F.STALE)]
     assert "transformed-0" in found[0].detail and "transformed-1" in found[0].detail
 
 
@@ -144,8 +189,9 @@ def test_a_downstream_partition_older_than_its_input_is_outdated() -> None:
     pub["transformed"]["2026-11-20T10"] = published(TRANSFORMED, "2026-11-20T10", 20, at=400.0)
     found = find(inv, pub)
     # sessions 07..13 read transformed 10, republished after them
-    assert [(f.layer, f.hour) for f in found] == [("sessions", h) for h in
-                                                 hour_range("2026-11-20T07", "2026-11-20T13")]
+    assert [(f.layer, f.hour) for f in found] == [
+        ("sessions", h) for h in hour_range("2026-11-20T07", "2026-11-20T13")
+    ]
     assert {f.kind for f in found} == {F.OUTDATED}
 
 
@@ -166,10 +212,13 @@ def test_requests_cover_the_damaged_hours_and_the_session_hours_around_them() ->
     assert tags["dagster/asset_partition_range_start"] == "2026-11-20T09"
     assert tags["backfill_assets/mode"] == "backfill"
     assert tags["backfill_assets/requested_by"] == "reconciliation-sensor"
-    assert tags["backfill_assets/reason"].startswith("reconciliation: count_mismatch in raw "
-                                                     "2026-11-20T09..2026-11-20T10")
-    assert "manifest_appeared in raw 2026-11-20T09..2026-11-20T10 (client 3)" in \
-        tags["backfill_assets/reason"]
+    assert tags["backfill_assets/reason"].startswith(
+        "reconciliation: count_mismatch in raw 2026-11-20T09..2026-11-20T10"
+    )
+    assert (
+        "manifest_appeared in raw 2026-11-20T09..2026-11-20T10 (client 3)"
+        in tags["backfill_assets/reason"]
+    )
 
 
 def test_session_ranges_are_clipped_to_the_tree_and_read_outside_hours_as_empty() -> None:
@@ -177,12 +226,13 @@ def test_session_ranges_are_clipped_to_the_tree_and_read_outside_hours_as_empty(
     inv["2026-11-20T01"].folders.append(folder("2026-11-20T01", 3, {"p": 1}))
     planned = F.plan(find(inv, pub), NAMES, WINDOW, max_hours=48, plan_ranges=plan_ranges)
     sessions = planned.requests[-1]
-    assert (sessions.layer, sessions.first, sessions.last) == ("sessions", DAY[0],
-                                                               "2026-11-20T04")
+    assert (sessions.layer, sessions.first, sessions.last) == ("sessions", DAY[0], "2026-11-20T04")
     # the window of session hour 00 reaches back to the previous day, which has no data
     assert sessions.allow_missing == ("2026-11-19T21", "2026-11-19T22", "2026-11-19T23")
-    assert sessions.tags("r")["backfill_assets/allow_missing_hours"] == \
-        "2026-11-19T21,2026-11-19T22,2026-11-19T23"
+    assert (
+        sessions.tags("r")["backfill_assets/allow_missing_hours"]
+        == "2026-11-19T21,2026-11-19T22,2026-11-19T23"
+    )
     assert planned.requests[0].allow_missing == ()
 
 
@@ -193,16 +243,28 @@ def test_hours_in_flight_or_requested_for_the_same_damage_are_not_requested_agai
     first = F.plan(found, NAMES, WINDOW, max_hours=48, plan_ranges=plan_ranges)
     assert first.requested_hours == 7
     in_flight = {"raw": {"2026-11-20T09": "run-a"}}
-    second = F.plan(found, NAMES, WINDOW, max_hours=48, in_flight=in_flight,
-                    requested={k: v for k, v in first.targets.items() if k != "raw"},
-                    plan_ranges=plan_ranges)
+    second = F.plan(
+        found,
+        NAMES,
+        WINDOW,
+        max_hours=48,
+        in_flight=in_flight,
+        requested={k: v for k, v in first.targets.items() if k != "raw"},
+        plan_ranges=plan_ranges,
+    )
     assert second.requests == []
     assert second.skipped["raw"]["2026-11-20T09"] == "being backfilled by run run-a"
     assert second.status("sessions", "2026-11-20T08").startswith("not requested: already")
     # the damage changes (another manifest lands): requested again
     inv["2026-11-20T09"].folders.append(folder("2026-11-20T09", 4, {"p": 2}))
-    third = F.plan(find(inv, pub), NAMES, WINDOW, max_hours=48, requested=first.targets,
-                   plan_ranges=plan_ranges)
+    third = F.plan(
+        find(inv, pub),
+        NAMES,
+        WINDOW,
+        max_hours=48,
+        requested=first.targets,
+        plan_ranges=plan_ranges,
+    )
     assert [r.layer for r in third.requests] == ["raw", "transformed", "sessions"]
 
 
@@ -213,9 +275,13 @@ def test_the_cap_defers_what_does_not_fit_and_leaves_big_groups_to_a_person() ->
     found = find(inv, pub)
     planned = F.plan(found, NAMES, WINDOW, max_hours=7, plan_ranges=plan_ranges)
     assert {(r.layer, r.first) for r in planned.requests} == {
-        ("raw", "2026-11-20T02"), ("transformed", "2026-11-20T02"), ("sessions", DAY[0])}
+        ("raw", "2026-11-20T02"),
+        ("transformed", "2026-11-20T02"),
+        ("sessions", DAY[0]),
+    }
     assert {why for _, why in planned.deferred} == {
-        "cap of 7 hours per evaluation reached; next evaluation"}
+        "cap of 7 hours per evaluation reached; next evaluation"
+    }
     too_small = F.plan(found, NAMES, WINDOW, max_hours=3, plan_ranges=plan_ranges)
     assert too_small.requests == []
     assert all("a person should launch it" in why for _, why in too_small.deferred)
@@ -232,6 +298,8 @@ def test_reconcile_config_reads_the_environment_and_names_bad_values() -> None:
 
 def test_contiguous_ranges_and_descriptions() -> None:
     hours = ["2026-11-20T23", "2026-11-21T00", "2026-11-20T05"]
-    assert F.contiguous_ranges(hours) == [("2026-11-20T05", "2026-11-20T05"),
-                                          ("2026-11-20T23", "2026-11-21T00")]
+    assert F.contiguous_ranges(hours) == [
+        ("2026-11-20T05", "2026-11-20T05"),
+        ("2026-11-20T23", "2026-11-21T00"),
+    ]
     assert F.describe_hours(hours) == "2026-11-20T05, 2026-11-20T23..2026-11-21T00"
