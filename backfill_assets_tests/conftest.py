@@ -33,6 +33,9 @@ def base_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
 
 @pytest.fixture(scope="session")
 def spark(base_settings: Settings):
+    import logging
+
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # no "closing" chatter at exit
     from backfill_assets.resources.spark import spark_session
 
     session = spark_session(base_settings)

@@ -7,12 +7,17 @@ whole process group, then inspects the warehouse from another process.
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
 
+import dagster as dg
 import pytest
+from conftest import read_tree_lines
 
 from backfill_assets import faults
 from backfill_assets.generator import generate_backups
@@ -84,8 +89,10 @@ def inspect(env: dict[str, str]) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def killed_at(env: dict[str, str], point: str, tmp_path: Path) -> None:
-    """Start a backfill, wait until it reaches ``point``, SIGKILL its process group."""
+def killed_at(env: dict[str, str], point: str, tmp_path: Path) -> str:
+    """Start a backfill, wait until it reaches ``point``, SIGKILL its process group.
+
+    Returns the killed run's id (its shadow version), read from the Dagster instance."""
     fifo = tmp_path / f"{point}.fifo"
     os.mkfifo(fifo)
     process = subprocess.Popen(
@@ -102,33 +109,34 @@ def killed_at(env: dict[str, str], point: str, tmp_path: Path) -> None:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=60)
     assert process.returncode == -signal.SIGKILL
+    with dg.DagsterInstance.local_temp(env["DAGSTER_HOME"]) as instance:  # the CLI's instance
+        return instance.get_runs(limit=1)[0].run_id
 
 
 def test_killed_runs_leave_old_or_complete_new_versions_and_rerun_converges(env, tmp_path):
+    valid, _ = read_tree_lines(Path(env["BACKUP_ROOT"]))
+    rows_per_hour = Counter(
+        datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H") for _, ms, _ in valid
+    )
     first = backfill(env)
     assert first.returncode == 0, first.stdout + first.stderr
-    baseline = inspect(env)
-    rows_per_hour = {hour: n for hour, _, n in baseline["versions"]}
-    old_version = {hour: version for hour, version, _ in baseline["versions"]}
-    assert sorted(rows_per_hour) == [f"2026-11-20T0{i}" for i in range(4)]
-    assert baseline["verify"] == [] and baseline["pending"] == 0
+    old_version = re.search(r"\] raw .* run ([0-9a-f-]{36})", first.stdout).group(1)
 
-    killed_at(env, faults.SHADOW_WRITE, tmp_path)
-    after_shadow_kill = inspect(env)
-    assert after_shadow_kill["versions"] == baseline["versions"]  # published data untouched
-    assert after_shadow_kill["verify"] == []
-
-    killed_at(env, faults.PUBLISH_SWAP, tmp_path)
-    mid_publish = inspect(env)
-    assert mid_publish["verify"] == []  # the ledger explains every partition's location
-    assert mid_publish["pending"] > 0  # a publish was interrupted between prepare and commit
+    shadow_killed = killed_at(env, faults.SHADOW_WRITE, tmp_path)
+    publish_killed = killed_at(env, faults.PUBLISH_SWAP, tmp_path)
+    state = inspect(env)  # after both kills
+    assert state["verify"] == []  # the ledger explains every partition's location
+    assert state["pending"] > 0  # a publish was interrupted between prepare and commit
     per_hour: dict[str, list] = {}
-    for hour, version, n in mid_publish["versions"]:
+    for hour, version, n in state["versions"]:
         per_hour.setdefault(hour, []).append((version, n))
-    swapped = [h for h, v in per_hour.items() if v[0][0] != old_version[h]]
-    assert len(swapped) == 1  # killed right after the first swap
+    assert sorted(per_hour) == sorted(rows_per_hour)
     for hour, versions in per_hour.items():
-        assert len(versions) == 1 and versions[0][1] == rows_per_hour[hour]  # complete versions
+        # exactly one complete version per hour: the old one, or the new one
+        assert len(versions) == 1 and versions[0][1] == rows_per_hour[hour]
+    versions = Counter(v[0][0] for v in per_hour.values())
+    assert shadow_killed not in versions  # the run killed in its shadow write published nothing
+    assert versions == {old_version: 3, publish_killed: 1}  # killed right after the first swap
 
     rerun = backfill(env)
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
