@@ -209,17 +209,15 @@ def aggregated_checks(context: dg.AssetCheckExecutionContext, warehouse: Warehou
         SESSIONS_UNIQUE_ID: unique_failing,
         CLIENT_HOURLY_RECONCILIATION: recon_failing,
     }
-    common.record_all(
+    common.record_and_log(
+        context,
         spark,
         warehouse.warehouse_dir,
+        LAYER.name,
         table,
-        version,
         hours,
         {name: failing[name] for name in LAYER.checks},
     )
-    for name in LAYER.checks:
-        for hour, reason in sorted(failing[name].items()):
-            context.log.warning(f"aggregated {hour} fails {name}: {reason}")
     for name in SESSION_CHECKS:
         yield common.result(
             name,

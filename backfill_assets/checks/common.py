@@ -58,6 +58,22 @@ def record_all(
     )
 
 
+def record_and_log(
+    context: dg.AssetCheckExecutionContext,
+    spark: SparkSession,
+    warehouse_dir: str,
+    layer: str,
+    table: str,
+    hours: list[str],
+    failing: dict[str, dict[str, str]],
+) -> None:
+    """Record every check's per-hour outcome (one job) and log each failing hour."""
+    record_all(spark, warehouse_dir, table, context.run.run_id, hours, failing)
+    for name, reasons in failing.items():
+        for hour, reason in sorted(reasons.items()):
+            context.log.warning(f"{layer} {hour} fails {name}: {reason}")
+
+
 def record(
     spark: SparkSession,
     warehouse_dir: str,

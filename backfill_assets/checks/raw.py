@@ -85,9 +85,7 @@ def raw_checks(
     report = rules.evaluate(
         payloads, RawPayloadSchema, ["hour", "payload_id", "client_id", "event_type", "device"]
     )
-    rule_failing = {
-        h: ", ".join(f"{r}={n}" for r, n in v.items()) for h, v in report.failing_hours.items()
-    }
+    rule_failing = report.reasons
     valid = payloads.select(
         "hour",
         "client_id",
@@ -113,17 +111,15 @@ def raw_checks(
     inventory = take_inventory(backups, hours)
     allowed = tags.allowed_missing_hours(context.run.tags, hours)
     recon_failing = reconcile(inventory, counts, allowed)
-    table = LAYER.checked_table
-    common.record_all(
+    common.record_and_log(
+        context,
         spark,
         warehouse.warehouse_dir,
-        table,
-        version,
+        LAYER.name,
+        LAYER.checked_table,
         hours,
         {ROW_RULES: rule_failing, MANIFEST_RECONCILIATION: recon_failing},
     )
-    for hour, reason in sorted({**rule_failing, **recon_failing}.items()):
-        context.log.warning(f"raw {hour} fails: {reason}")
     yield common.result(
         ROW_RULES,
         SHADOW_PAYLOADS,

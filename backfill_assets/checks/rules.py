@@ -28,6 +28,14 @@ class RuleReport:
     pandera_errors: dict = field(default_factory=dict)
     examples: list[dict] = field(default_factory=list)
 
+    @property
+    def reasons(self) -> dict[str, str]:
+        """Failing hour -> ``rule=violations, ...`` (a check's per-hour detail)."""
+        return {
+            hour: ", ".join(f"{rule}={n}" for rule, n in rules.items())
+            for hour, rules in self.failing_hours.items()
+        }
+
 
 def _violation(column: str, check_name: str, stats: dict) -> Column:
     c = F.col(column)

@@ -13,7 +13,28 @@ from backfill_assets.layers.urls import normalize_url_column
 HOUR_OF = "yyyy-MM-dd'T'HH"
 
 
-class RawPayloadSchema(pa.DataFrameModel):
+def _all_hold(rules: dict[str, Column]) -> Column:
+    combined = F.lit(True)
+    for rule in rules.values():
+        combined = combined & F.coalesce(rule, F.lit(False))
+    return combined
+
+
+class RowRulesModel(pa.DataFrameModel):
+    """A model whose cross-column rules are Spark predicates (``row_rules``), so that
+    ``checks.rules`` can count their violations per hour in the same aggregation."""
+
+    @classmethod
+    def row_rules(cls) -> dict[str, Column]:
+        """Row rules across columns: name -> Column that is true on a good row."""
+        return {}
+
+    @pa.dataframe_check
+    def row_rules_hold(cls, df: DataFrame) -> bool:
+        return df.where(~_all_hold(cls.row_rules())).limit(1).count() == 0
+
+
+class RawPayloadSchema(RowRulesModel):
     """``shadow.raw_payloads`` / ``raw.payloads``: one row per valid backup line."""
 
     payload_id: T.StringType() = pa.Field(nullable=False, str_length={"min_value": 1})
@@ -32,15 +53,9 @@ class RawPayloadSchema(pa.DataFrameModel):
 
     @classmethod
     def row_rules(cls) -> dict[str, Column]:
-        """Row rules across columns: true on a good row."""
         return {
             "received_at:in_partition_hour": F.date_format("received_at", HOUR_OF) == F.col("hour"),
         }
-
-    @pa.dataframe_check
-    def received_in_partition_hour(cls, df: DataFrame) -> bool:
-        rule = cls.row_rules()["received_at:in_partition_hour"]
-        return df.where(~F.coalesce(rule, F.lit(False))).limit(1).count() == 0
 
 
 ISO_MS = "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"
@@ -57,45 +72,20 @@ def session_id_of(client_id: Column, user_id: Column, start: Column) -> Column:
     return F.substring(F.sha2(text, 256), 1, 32)
 
 
-def _all_hold(rules: dict[str, Column]) -> Column:
-    combined = F.lit(True)
-    for rule in rules.values():
-        combined = combined & F.coalesce(rule, F.lit(False))
-    return combined
-
-
-class TransformedPayloadSchema(pa.DataFrameModel):
+class TransformedPayloadSchema(RawPayloadSchema):
     """``shadow.transformed_payloads`` / ``transformed.payloads``: one row per distinct
-    payload of the received hour, ``page_url`` normalized."""
-
-    payload_id: T.StringType() = pa.Field(nullable=False, str_length={"min_value": 1})
-    client_id: T.LongType() = pa.Field(nullable=False, ge=0)
-    user_id: T.StringType() = pa.Field(nullable=False, str_length={"min_value": 1})
-    event_time: T.TimestampType() = pa.Field(nullable=False)
-    received_at: T.TimestampType() = pa.Field(nullable=False)
-    event_type: T.StringType() = pa.Field(nullable=False, isin=list(EVENT_TYPES))
-    page_url: T.StringType() = pa.Field(nullable=False, str_length={"min_value": 1})
-    device: T.StringType() = pa.Field(nullable=False, isin=list(DEVICES))
-    referrer: T.StringType() = pa.Field(nullable=True)
-    schema_version: T.IntegerType() = pa.Field(nullable=False, isin=list(SCHEMA_VERSIONS))
-    run_id: T.StringType() = pa.Field(nullable=False)
-    code_version: T.StringType() = pa.Field(nullable=False)
-    hour: T.StringType() = pa.Field(nullable=False)
+    payload of the received hour, ``page_url`` normalized (the raw columns and rules, plus
+    normalization)."""
 
     @classmethod
     def row_rules(cls) -> dict[str, Column]:
-        """Row rules across columns: true on a good row."""
         return {
-            "received_at:in_partition_hour": F.date_format("received_at", HOUR_OF) == F.col("hour"),
+            **RawPayloadSchema.row_rules(),
             "page_url:normalized": normalize_url_column(F.col("page_url")) == F.col("page_url"),
         }
 
-    @pa.dataframe_check
-    def row_rules_hold(cls, df: DataFrame) -> bool:
-        return df.where(~_all_hold(cls.row_rules())).limit(1).count() == 0
 
-
-class SessionSchema(pa.DataFrameModel):
+class SessionSchema(RowRulesModel):
     """``shadow.sessions`` / ``aggregated.sessions``: one row per session starting in the hour."""
 
     session_id: T.StringType() = pa.Field(
@@ -130,7 +120,3 @@ class SessionSchema(pa.DataFrameModel):
             "pageview_count:at_most_payload_count": F.col("pageview_count")
             <= F.col("payload_count"),
         }
-
-    @pa.dataframe_check
-    def row_rules_hold(cls, df: DataFrame) -> bool:
-        return df.where(~_all_hold(cls.row_rules())).limit(1).count() == 0

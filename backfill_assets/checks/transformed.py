@@ -121,20 +121,17 @@ def transformed_checks(context: dg.AssetCheckExecutionContext, warehouse: Wareho
         counts = reconcile_with_raw(payloads, raw)
     finally:
         payloads.unpersist()
-    rule_failing = {
-        h: ", ".join(f"{r}={n}" for r, n in v.items()) for h, v in report.failing_hours.items()
-    }
+    rule_failing = report.reasons
     recon_failing = reconciliation_failures(hours, counts)
-    common.record_all(
+    common.record_and_log(
+        context,
         spark,
         warehouse.warehouse_dir,
+        LAYER.name,
         table,
-        version,
         hours,
         {ROW_RULES: rule_failing, RAW_RECONCILIATION: recon_failing},
     )
-    for hour, reason in sorted({**rule_failing, **recon_failing}.items()):
-        context.log.warning(f"transformed {hour} fails: {reason}")
     yield common.result(
         ROW_RULES,
         SHADOW_PAYLOADS,
