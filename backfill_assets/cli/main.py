@@ -20,6 +20,7 @@ SUBCOMMAND_MODULES = (
     "reconcile",
     "report",
     "demo",
+    "bench",
 )
 
 
