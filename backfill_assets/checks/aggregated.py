@@ -174,15 +174,7 @@ def aggregated_checks(context: dg.AssetCheckExecutionContext, warehouse: Warehou
     table = LAYER.checked_table
     hours = common.written_hours(spark, table, version)
     if not hours:
-        for name in LAYER.checks:
-            recon = name == CLIENT_HOURLY_RECONCILIATION
-            asset = SHADOW_CLIENT_HOURLY if recon else SHADOW_SESSIONS
-            yield dg.AssetCheckResult(
-                check_name=name,
-                asset_key=asset,
-                passed=True,
-                description="this run wrote no sessions shadow partition",
-            )
+        yield from common.nothing_written(context)
         return
     sessions = common.shadow_version(spark, table, version).cache()
     hourly = common.shadow_version(spark, "shadow.client_hourly", version)

@@ -72,13 +72,7 @@ def raw_checks(
     version = context.run.run_id
     hours = common.written_hours(spark, LAYER.checked_table, version)
     if not hours:
-        for name in (ROW_RULES, MANIFEST_RECONCILIATION):
-            yield dg.AssetCheckResult(
-                check_name=name,
-                asset_key=SHADOW_PAYLOADS,
-                passed=True,
-                description="this run wrote no raw shadow partition",
-            )
+        yield from common.nothing_written(context)
         return
     payloads = common.shadow_version(spark, "shadow.raw_payloads", version)
     quarantine = common.shadow_version(spark, "shadow.raw_quarantine", version)

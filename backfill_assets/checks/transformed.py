@@ -98,13 +98,7 @@ def transformed_checks(context: dg.AssetCheckExecutionContext, warehouse: Wareho
     table = LAYER.checked_table
     hours = common.written_hours(spark, table, version)
     if not hours:
-        for name in (ROW_RULES, RAW_RECONCILIATION):
-            yield dg.AssetCheckResult(
-                check_name=name,
-                asset_key=SHADOW_PAYLOADS,
-                passed=True,
-                description="this run wrote no transformed shadow partition",
-            )
+        yield from common.nothing_written(context)
         return
     payloads = common.shadow_version(spark, table, version).cache()
     try:

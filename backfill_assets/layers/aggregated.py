@@ -29,6 +29,7 @@ from backfill_assets.layers.common import (
     json_metadata,
     publish_asset,
     run_lineage,
+    shadow_out,
     with_lineage,
 )
 from backfill_assets.layers.windows import (
@@ -320,21 +321,17 @@ def read_window(
 @dg.multi_asset(
     name="aggregated_shadow",
     outs={
-        "sessions": dg.AssetOut(
-            key=SHADOW_SESSIONS,
-            io_manager_key="shadow_io_manager",
-            group_name=GROUP,
+        "sessions": shadow_out(
+            SHADOW_SESSIONS,
+            group=GROUP,
             code_version=CODE_VERSION,
-            kinds={"spark", "parquet"},
             description="Sessions starting in the hour (30-minute inactivity rule), built from "
             "the received hours around it; one shadow version per run.",
         ),
-        "client_hourly": dg.AssetOut(
-            key=SHADOW_CLIENT_HOURLY,
-            io_manager_key="shadow_io_manager",
-            group_name=GROUP,
+        "client_hourly": shadow_out(
+            SHADOW_CLIENT_HOURLY,
+            group=GROUP,
             code_version=CODE_VERSION,
-            kinds={"spark", "parquet"},
             description="Per client and session hour: sessions, payloads, pageviews, bounces, "
             "mean and p95 duration; one shadow version per run.",
         ),

@@ -11,9 +11,22 @@ from pyspark.sql import functions as F
 from backfill_assets import tags
 from backfill_assets.partitions import hourly_partitions
 from backfill_assets.publishing import publisher
+from backfill_assets.resources import SHADOW_IO_MANAGER
 from backfill_assets.resources.warehouse import Warehouse
 
 SINGLE_RUN = dg.BackfillPolicy.single_run()
+
+
+def shadow_out(key: dg.AssetKey, *, group: str, code_version: str, description: str) -> dg.AssetOut:
+    """An output written by the shadow IO manager into a run-scoped shadow table."""
+    return dg.AssetOut(
+        key=key,
+        io_manager_key=SHADOW_IO_MANAGER,
+        group_name=group,
+        code_version=code_version,
+        kinds={"spark", "parquet"},
+        description=description,
+    )
 
 
 def with_lineage(df: DataFrame, context: dg.AssetExecutionContext, code_version: str) -> DataFrame:

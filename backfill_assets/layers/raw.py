@@ -14,6 +14,7 @@ from backfill_assets.layers.common import (
     json_metadata,
     publish_asset,
     run_lineage,
+    shadow_out,
     with_lineage,
 )
 from backfill_assets.partitions import hourly_partitions
@@ -58,21 +59,17 @@ LAYER = Layer(
 @dg.multi_asset(
     name="raw_shadow",
     outs={
-        "raw_payloads": dg.AssetOut(
-            key=SHADOW_PAYLOADS,
-            io_manager_key="shadow_io_manager",
-            group_name=GROUP,
+        "raw_payloads": shadow_out(
+            SHADOW_PAYLOADS,
+            group=GROUP,
             code_version=CODE_VERSION,
-            kinds={"spark", "parquet"},
             description="Typed copy of every valid backup line of the hour (duplicates kept), "
             "one immutable shadow version per run.",
         ),
-        "raw_quarantine": dg.AssetOut(
-            key=SHADOW_QUARANTINE,
-            io_manager_key="shadow_io_manager",
-            group_name=GROUP,
+        "raw_quarantine": shadow_out(
+            SHADOW_QUARANTINE,
+            group=GROUP,
             code_version=CODE_VERSION,
-            kinds={"spark", "parquet"},
             description="Backup lines and files that break the contract: file, line, reason, "
             "raw text; one shadow version per run.",
         ),

@@ -14,6 +14,7 @@ from backfill_assets.layers.common import (
     json_metadata,
     publish_asset,
     run_lineage,
+    shadow_out,
     with_lineage,
 )
 from backfill_assets.layers.urls import normalize_url_column
@@ -83,12 +84,10 @@ def unpublished_hours(
 @dg.multi_asset(
     name="transformed_shadow",
     outs={
-        "transformed_payloads": dg.AssetOut(
-            key=SHADOW_PAYLOADS,
-            io_manager_key="shadow_io_manager",
-            group_name=GROUP,
+        "transformed_payloads": shadow_out(
+            SHADOW_PAYLOADS,
+            group=GROUP,
             code_version=CODE_VERSION,
-            kinds={"spark", "parquet"},
             description="Distinct payloads of the received hour with page_url normalized, "
             "one immutable shadow version per run.",
         ),
