@@ -15,6 +15,7 @@ from backfill_assets.checks.schemas import SessionSchema
 from backfill_assets.layers.aggregated import (
     CLIENT_HOURLY_RECONCILIATION,
     LAYER,
+    SESSION_COLUMNS,
     SESSIONS_DURATION,
     SESSIONS_END_NOT_BEFORE_START,
     SESSIONS_ROW_RULES,
@@ -182,15 +183,7 @@ def aggregated_checks(context: dg.AssetCheckExecutionContext, warehouse: Warehou
         report = rules.evaluate(
             sessions,
             SessionSchema,
-            [
-                "hour",
-                "session_id",
-                "client_id",
-                "user_id",
-                "session_start_at",
-                "session_end_at",
-                "duration_seconds",
-            ],
+            ["hour", *SESSION_COLUMNS[:6]],  # session_id .. duration_seconds
         )
         unique_failing, rows_per_hour = duplicate_session_ids(sessions)
         recon_failing = reconcile_client_hourly(sessions, hourly)

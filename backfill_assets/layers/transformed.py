@@ -41,13 +41,7 @@ PAYLOAD_COLUMNS = list(raw.PAYLOAD_COLUMNS)
 DEDUPLICATION_ORDER = [
     "received_at",
     "event_time",
-    "client_id",
-    "user_id",
-    "event_type",
-    "page_url",
-    "device",
-    "referrer",
-    "schema_version",
+    *(c for c in PAYLOAD_COLUMNS if c not in ("payload_id", "received_at", "event_time")),
 ]
 
 LAYER = Layer(

@@ -72,8 +72,17 @@ def test_range_runs_once_and_publishes_exactly_the_valid_lines(
 
     from backfill_assets.cli.main import main
 
-    assert main(["sql", "SELECT hour, count(*) AS n FROM raw.payloads GROUP BY hour",
-                 "--format", "jsonl"]) == 0
+    assert (
+        main(
+            [
+                "sql",
+                "SELECT hour, count(*) AS n FROM raw.payloads GROUP BY hour",
+                "--format",
+                "jsonl",
+            ]
+        )
+        == 0
+    )
     printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert sum(r["n"] for r in printed) == len(valid)
     assert main(["sql", "DROP TABLE raw.payloads"]) == 2

@@ -287,14 +287,7 @@ def test_client_hourly_is_the_sums_over_sessions(spark, built: Scenario) -> None
         spark,
         "aggregated.client_hourly",
         "hour",
-        "client_id",
-        "sessions",
-        "payloads",
-        "pageviews",
-        "bounces",
-        "mean_duration_seconds",
-        "p95_duration_seconds",
-        "truncated_sessions",
+        *aggregated.CLIENT_HOURLY_COLUMNS,
     )
     assert {(r["hour"], r["client_id"]) for r in rows} == set(by_client)
     for r in rows:
