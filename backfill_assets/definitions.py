@@ -7,9 +7,14 @@ import dagster as dg
 from backfill_assets.checks.aggregated import aggregated_checks
 from backfill_assets.checks.raw import raw_checks
 from backfill_assets.checks.transformed import transformed_checks
-from backfill_assets.layers.aggregated import aggregated_published, aggregated_shadow
-from backfill_assets.layers.raw import raw_published, raw_shadow
-from backfill_assets.layers.transformed import transformed_published, transformed_shadow
+from backfill_assets.layers.aggregated import aggregated_shadow
+from backfill_assets.layers.raw import raw_shadow
+from backfill_assets.layers.transformed import transformed_shadow
+from backfill_assets.publishing.assets import (
+    publish_release,
+    published_tables,
+    rollback_release_job,
+)
 from backfill_assets.resources import build_resources
 from backfill_assets.sensors.reconciliation import build_reconciliation_sensor
 from backfill_assets.settings import Settings
@@ -20,12 +25,12 @@ def build_definitions(settings: Settings) -> dg.Definitions:
     return dg.Definitions(
         assets=[
             raw_shadow,
-            raw_published,
             transformed_shadow,
-            transformed_published,
             aggregated_shadow,
-            aggregated_published,
+            publish_release,
+            *published_tables,
         ],
+        jobs=[rollback_release_job],
         asset_checks=[raw_checks, transformed_checks, aggregated_checks],
         resources=build_resources(settings),
         sensors=[build_reconciliation_sensor()],

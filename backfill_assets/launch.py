@@ -1,28 +1,45 @@
-"""Launch backfills headlessly: the same assets and checks the UI launches, same instance.
+"""Submit releases to Dagster exactly as the UI does, and follow them.
 
-``launch`` runs one Dagster run per layer over that layer's partition range (in layer
-order), in this process: each run has one Spark session (the in-process executor), runs
-are recorded in the ``DAGSTER_HOME`` instance and show in the UI afterwards.
+A release is one Dagster **asset backfill**: the CLI and the reconciliation sensor submit
+it through Dagster's GraphQL API (``launchPartitionBackfill``, the mutation the UI's launch
+dialog sends), with ``dagster-graphql`` against the workspace (or ``--remote`` when
+``DAGSTER_GRAPHQL_URL`` names a webserver). Dagster then orders the layers, queues the
+runs under the instance's limits and retries; nothing here launches a run by hand.
+
+The selection names the *root* layer's shadow assets with the damaged hours and, by
+default, every downstream shadow and ``release/publish``; Dagster derives the downstream
+partitions through the partition mappings (a session hour is rebuilt when its window
+touches a damaged hour), as it does for a backfill launched in the UI.
+
+``DaemonSupervisor`` runs ``dagster-daemon`` for the duration of a command when no daemon
+serves the instance, so the CLI works on a laptop without ``dagster dev``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import fcntl
 import getpass
+import json
 import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import dagster as dg
 
 from backfill_assets import tags
-from backfill_assets.layers.windows import (
-    DEFAULT_LOOKAHEAD_HOURS,
-    DEFAULT_LOOKBACK_HOURS,
-    session_hours_touching,
-)
-from backfill_assets.partitions import hour_range, parse_hour
+from backfill_assets.layers.windows import session_hours_touching
+from backfill_assets.partitions import hour_range
+from backfill_assets.settings import PROJECT_ROOT, Settings
 
 log = logging.getLogger(__name__)
 
@@ -30,86 +47,88 @@ LAYERS = ("raw", "transformed", "aggregated")
 # Layers whose partitions are received hours (the damaged hours of a backfill).
 RECEIVED_HOUR_LAYERS = ("raw", "transformed")
 SHADOW_PREFIX = "shadow"
+PUBLISH_KEY = dg.AssetKey(["release", "publish"])
+WORKSPACE = PROJECT_ROOT / "workspace.yaml"
+LOCATION = "backfill_assets"
+REPOSITORY = "__repository__"
+GRAPHQL_URL_ENV = "DAGSTER_GRAPHQL_URL"
+FINISHED = {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"}
+RUN_DONE = {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
+IN_FLIGHT = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+]
 
 
-@dataclass
-class LayerRun:
-    layer: str
-    first: str
-    last: str
-    run_id: str
-    success: bool
-    seconds: float
-    failures: list[str] = field(default_factory=list)
-    checks: dict[str, dict] = field(default_factory=dict)
-    request_id: str = ""
-
-    @property
-    def hours(self) -> int:
-        return len(hour_range(self.first, self.last))
-
-
-STEPS = ("all", "shadow", "publish")
-
-
-def layer_keys(defs: dg.Definitions, layer: str, steps: str = "all") -> list[dg.AssetKey]:
-    """The assets of ``layer`` (its Dagster group): ``shadow`` ones only for a dry run,
-    ``publish`` ones only to publish what a dry run checked, or ``all``."""
-    graph = defs.resolve_asset_graph()
-    keys = [
-        key
-        for key in graph.get_all_asset_keys()
-        if graph.get(key).group_name == layer
-        and (steps == "all" or (key.path[0] == SHADOW_PREFIX) == (steps == "shadow"))
-    ]
-    return sorted(keys, key=lambda k: k.to_user_string())
+class LaunchError(RuntimeError):
+    """Dagster refused the request; the message is Dagster's."""
 
 
 def validate_layers(layers: Sequence[str], known: Sequence[str] = LAYERS) -> list[str]:
-    unknown = [layer for layer in layers if layer not in known]
-    if unknown:
-        raise ValueError(f"unknown layer(s) {', '.join(unknown)}; choose from {', '.join(known)}")
-    return [layer for layer in known if layer in layers]
+    """Known layers in dependency order; an empty or unknown name is an error."""
+    names = [layer.strip() for layer in layers]
+    unknown = [repr(n) for n in names if n not in known]
+    if unknown or not names:
+        raise ValueError(
+            f"unknown layer(s) {', '.join(unknown) or '(none given)'}; "
+            f"choose from {', '.join(known)}"
+        )
+    return [layer for layer in known if layer in names]
 
 
-def plan_ranges(
-    layers: Sequence[str],
-    first: str,
-    last: str,
-    *,
-    lookback: int = DEFAULT_LOOKBACK_HOURS,
-    lookahead: int = DEFAULT_LOOKAHEAD_HOURS,
-) -> list[tuple[str, str, str]]:
-    """Partition range of each layer for ``first..last``.
+def layer_keys(defs: dg.Definitions, layer: str) -> list[dg.AssetKey]:
+    """The shadow assets of ``layer`` (its Dagster group): what a release rebuilds."""
+    graph = defs.resolve_asset_graph()
+    return sorted(
+        (
+            key
+            for key in graph.get_all_asset_keys()
+            if graph.get(key).group_name == layer and key.path[0] == SHADOW_PREFIX
+        ),
+        key=lambda k: k.to_user_string(),
+    )
 
-    With a received-hour layer (raw, transformed) selected, ``first..last`` are the damaged
-    received hours: those layers rebuild them, and ``aggregated`` rebuilds every session
-    hour whose window touches them. With only ``aggregated`` selected, ``first..last`` are
-    its own session-start hours.
-    """
+
+def release_layers(layers: Sequence[str], *, downstream: bool = True) -> list[str]:
+    """The layers a release rebuilds: the chosen ones and, by default, all downstream."""
+    chosen = validate_layers(layers)
+    if not downstream:
+        return chosen
+    return list(LAYERS[LAYERS.index(chosen[0]) :])
+
+
+def plan_ranges(layers: Sequence[str], first: str, last: str) -> list[tuple[str, str, str]]:
+    """Partition range of each layer a release rooted at ``first..last`` rebuilds: the
+    received-hour layers those hours, the session layer every hour whose window touches
+    them (what Dagster derives through the partition mappings), or its own hours when it
+    is the root."""
     upstream = any(layer in RECEIVED_HOUR_LAYERS for layer in layers)
-    ranges = []
-    for layer in layers:
-        if layer == "aggregated" and upstream:
-            ranges.append((layer, *session_hours_touching(first, last, lookback, lookahead)))
-        else:
-            ranges.append((layer, first, last))
-    return ranges
+    return [
+        (layer, *session_hours_touching(first, last))
+        if layer == "aggregated" and upstream
+        else (layer, first, last)
+        for layer in layers
+    ]
 
 
-def run_tags(
+def release_selection(
+    defs: dg.Definitions, layers: Sequence[str], *, publish: bool = True
+) -> list[dg.AssetKey]:
+    keys = [key for layer in layers for key in layer_keys(defs, layer)]
+    return [*keys, PUBLISH_KEY] if publish else keys
+
+
+def request_tags(
     *,
-    first: str,
-    last: str,
     dry_run: bool,
-    reason: str | None,
-    ticket: str | None,
+    reason: str | None = None,
+    ticket: str | None = None,
     requested_by: str | None = None,
     extra: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     result = {
-        "dagster/asset_partition_range_start": first,
-        "dagster/asset_partition_range_end": last,
         tags.MODE: "dry_run" if dry_run else "backfill",
         tags.REQUESTED_BY: requested_by or getpass.getuser(),
     }
@@ -121,10 +140,288 @@ def run_tags(
     return result
 
 
-def _summarize(result: dg.ExecuteInProcessResult) -> tuple[list[str], dict[str, dict]]:
+# ------------------------------------------------------------------------------- GraphQL
+
+
+def settings_env(settings: Settings, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment a Dagster process needs to see the same project as ``settings``."""
+    env = dict(os.environ if base is None else base)
+    env.update(
+        {
+            "BACKUP_ROOT": settings.backup_root,
+            "DATA_ROOT": settings.data_root,
+            "DAGSTER_HOME": settings.dagster_home,
+            "SPARK_CONF_DIR": settings.spark_conf_dir,
+            "BACKFILL_ENV": settings.environment,
+        }
+    )
+    return env
+
+
+def _bin(name: str) -> str:
+    local = Path(sys.executable).with_name(name)
+    return str(local) if local.exists() else (shutil.which(name) or name)
+
+
+def graphql(settings: Settings, query: str, variables: Mapping) -> dict:
+    """Run one GraphQL operation against the workspace (or ``DAGSTER_GRAPHQL_URL``)."""
+    with tempfile.TemporaryDirectory(prefix="backfill-assets-graphql-") as scratch:
+        output = Path(scratch) / "result.json"
+        command = [_bin("dagster-graphql"), "-t", query, "-v", json.dumps(variables)]
+        command += ["-o", str(output)]
+        remote = os.environ.get(GRAPHQL_URL_ENV)
+        command += ["--remote", remote] if remote else ["-w", str(WORKSPACE)]
+        done = subprocess.run(
+            command, capture_output=True, text=True, env=settings_env(settings), check=False
+        )
+        try:
+            result = json.loads(output.read_text())
+        except (OSError, ValueError):
+            result = None
+    if done.returncode != 0 or not isinstance(result, dict) or result.get("errors"):
+        lines = (done.stderr + done.stdout).strip().splitlines()
+        detail = (result or {}).get("errors") or " | ".join(lines[-5:])
+        raise LaunchError(f"dagster-graphql failed: {detail}")
+    return result["data"]
+
+
+def _outcome(payload: dict, success: str) -> dict:
+    if payload.get("__typename") == success:
+        return payload
+    message = payload.get("message") or payload.get("__typename")
+    errors = payload.get("errors") or []
+    if errors:
+        message = f"{message}: " + "; ".join(e.get("message", "") for e in errors)
+    raise LaunchError(f"Dagster refused the request: {message}")
+
+
+_BACKFILL = """
+mutation Launch($params: LaunchBackfillParams!) {
+  launchPartitionBackfill(backfillParams: $params) {
+    __typename
+    ... on LaunchBackfillSuccess { backfillId }
+    ... on Error { message }
+    ... on RunConfigValidationInvalid { errors { message } }
+  }
+}"""
+
+_RUN = """
+mutation Launch($params: ExecutionParams!) {
+  launchRun(executionParams: $params) {
+    __typename
+    ... on LaunchRunSuccess { run { runId } }
+    ... on Error { message }
+    ... on RunConfigValidationInvalid { errors { message } }
+  }
+}"""
+
+
+def submit_backfill(
+    settings: Settings,
+    keys: Sequence[dg.AssetKey],
+    hours: Sequence[str] | None,
+    run_tags: Mapping[str, str],
+    *,
+    title: str,
+    description: str = "",
+    run_config: Mapping | None = None,
+) -> str:
+    """Submit an asset backfill (the UI's launch dialog request); returns its id.
+
+    ``hours`` are the partitions of the selection's root assets (None: a backfill of
+    unpartitioned assets only, e.g. publishing a dry run).
+    """
+    params: dict = {
+        "assetSelection": [{"path": list(k.path)} for k in keys],
+        "tags": [{"key": k, "value": v} for k, v in sorted(run_tags.items())],
+        "title": title[:200],
+        "description": description,
+    }
+    if hours is None:
+        params["allPartitions"] = True
+    else:
+        params["partitionNames"] = list(hours)
+    if run_config:
+        params["runConfigData"] = dict(run_config)
+    data = graphql(settings, _BACKFILL, {"params": params})
+    return _outcome(data["launchPartitionBackfill"], "LaunchBackfillSuccess")["backfillId"]
+
+
+def submit_run(
+    settings: Settings, job: str, run_config: Mapping, run_tags: Mapping[str, str]
+) -> str:
+    """Submit one run of ``job`` to the instance's run queue; returns its id."""
+    params = {
+        "selector": {
+            "repositoryLocationName": LOCATION,
+            "repositoryName": REPOSITORY,
+            "jobName": job,
+        },
+        "runConfigData": dict(run_config),
+        "executionMetadata": {
+            "tags": [{"key": k, "value": v} for k, v in sorted(run_tags.items())]
+        },
+    }
+    data = graphql(settings, _RUN, {"params": params})
+    return _outcome(data["launchRun"], "LaunchRunSuccess")["run"]["runId"]
+
+
+# -------------------------------------------------------------------------------- daemon
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    """The daemon must not outlive the command that started it, even after SIGKILL."""
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    os.setsid()
+
+
+class DaemonSupervisor:
+    """Make sure a Dagster daemon serves the instance while a command waits on it.
+
+    If another process (``make ui``, a production deployment, another CLI) runs one, it is
+    used; otherwise this process starts ``dagster-daemon run`` and stops it on exit (also
+    when this process is killed). One starter at a time: an OS lock on
+    ``$DAGSTER_HOME/daemon.lock`` (released by the kernel if the holder dies); a waiting
+    command starts its own when the holder has finished.
+    """
+
+    def __init__(self, settings: Settings, instance: dg.DagsterInstance, log_file: Path):
+        self.settings = settings
+        self.instance = instance
+        self.log_file = log_file
+        self.lock_path = Path(settings.dagster_home) / "daemon.lock"
+        self._lock = None
+        self.process: subprocess.Popen | None = None
+
+    def _external_daemon(self) -> bool:
+        """A daemon we did not start sent a heartbeat after the last one we stopped."""
+        stopped_at = 0.0
+        with contextlib.suppress(OSError, ValueError):
+            stopped_at = float(json.loads(self.lock_path.read_text() or "{}").get("stopped", 0))
+        beats = self.instance.get_daemon_heartbeats()
+        newest = max((b.timestamp for b in beats.values()), default=0.0)
+        return newest > max(stopped_at, time.time() - 90)
+
+    def ensure(self) -> None:
+        """Called while waiting: start a daemon if none serves the instance."""
+        if self.process is not None:
+            if self.process.poll() is not None:
+                raise LaunchError(
+                    f"dagster-daemon exited with {self.process.returncode}; see {self.log_file}"
+                )
+            return
+        if self._lock is None:
+            handle = open(self.lock_path, "a+")  # noqa: SIM115 - held for the command's life
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.close()
+                return  # another command runs the daemon for us
+            self._lock = handle
+        if self._external_daemon():
+            return
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        log.info("starting dagster-daemon for this command (log: %s)", self.log_file)
+        with open(self.log_file, "ab") as out:
+            self.process = subprocess.Popen(
+                [_bin("dagster-daemon"), "run", "-w", str(WORKSPACE)],
+                env=settings_env(self.settings),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_parent,
+            )
+
+    def busy(self) -> list[str]:
+        """Backfills and runs of the instance still in flight (the daemon serves them all)."""
+        backfills = [
+            b.backfill_id
+            for b in self.instance.get_backfills(limit=100)
+            if b.status.value in ("REQUESTED", "CANCELING", "FAILING")
+        ]
+        runs = self.instance.get_runs(filters=dg.RunsFilter(statuses=IN_FLIGHT), limit=100)
+        return backfills + [r.run_id for r in runs]
+
+    def close(self, *, drain: bool = False, poll_seconds: float = 1.0) -> None:
+        """Stop the daemon this command started. With ``drain``, first wait until nothing
+        else is in flight: the daemon's code server also runs other commands' runs, which
+        stopping it now would kill."""
+        if drain and self.process is not None:
+            waiting = self.busy()
+            if waiting:
+                log.info(
+                    "waiting for %d other backfill(s)/run(s) this daemon serves before "
+                    "stopping it: %s",
+                    len(waiting),
+                    ", ".join(waiting[:5]),
+                )
+            while waiting and self.process.poll() is None:
+                time.sleep(poll_seconds)
+                waiting = self.busy()
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        if self._lock is not None:
+            if self.process is not None:
+                self.lock_path.write_text(json.dumps({"stopped": time.time()}))
+            fcntl.flock(self._lock, fcntl.LOCK_UN)
+            self._lock.close()
+        self.process, self._lock = None, None
+
+    def __enter__(self) -> DaemonSupervisor:
+        return self
+
+    def __exit__(self, exc_type, *exc) -> None:
+        self.close(drain=exc_type is None)
+
+
+# ------------------------------------------------------------------------------ following
+
+
+@dataclass
+class RunSummary:
+    run_id: str
+    status: str
+    assets: list[str]
+    partition_range: str
+    seconds: float
+    failures: list[str] = field(default_factory=list)
+    checks: dict[str, dict] = field(default_factory=dict)
+
+    @property
+    def success(self) -> bool:
+        return self.status == "SUCCESS"
+
+
+@dataclass
+class BackfillOutcome:
+    backfill_id: str
+    status: str
+    runs: list[RunSummary]
+
+    @property
+    def success(self) -> bool:
+        return self.status in ("COMPLETED", "COMPLETED_SUCCESS") and all(
+            r.success for r in self.runs
+        )
+
+
+def summarize_run(instance: dg.DagsterInstance, run: dg.DagsterRun) -> RunSummary:
+    """What a finished run did: its step failures (innermost cause) and check results."""
     failures, checks = [], {}
-    for event in result.all_events:
-        if event.event_type_value == "STEP_FAILURE":
+    events = instance.all_logs(
+        run.run_id,
+        of_type={dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.ASSET_CHECK_EVALUATION},
+    )
+    for record in events:
+        event = record.dagster_event
+        if event is None:
+            continue
+        if event.event_type == dg.DagsterEventType.STEP_FAILURE:
             error = event.event_specific_data.error
             message = error.message.strip().splitlines()[0] if error else event.message
             cause = error.cause if error else None
@@ -132,79 +429,79 @@ def _summarize(result: dg.ExecuteInProcessResult) -> tuple[list[str], dict[str, 
                 message = cause.message.strip().splitlines()[0]
                 cause = cause.cause
             failures.append(f"{event.step_key}: {message}")
-        elif event.event_type_value == "ASSET_CHECK_EVALUATION":
+        else:
             evaluation = event.event_specific_data
             checks[evaluation.check_name] = {
                 "passed": evaluation.passed,
                 "severity": evaluation.severity.value,
                 "description": evaluation.description,
             }
-    return failures, checks
+    stats = instance.get_run_stats(run.run_id)
+    seconds = (stats.end_time or time.time()) - (stats.start_time or stats.end_time or time.time())
+    first = run.tags.get("dagster/asset_partition_range_start")
+    last = run.tags.get("dagster/asset_partition_range_end")
+    return RunSummary(
+        run.run_id,
+        run.status.value,
+        sorted(k.to_user_string() for k in (run.asset_selection or [])),
+        f"{first}..{last}" if first else "(unpartitioned)",
+        max(seconds, 0.0),
+        failures,
+        checks,
+    )
 
 
-def launch(
-    defs: dg.Definitions,
+def follow(
     instance: dg.DagsterInstance,
-    ranges: Sequence[tuple[str, str, str]],
     *,
-    steps: str = "all",
-    reason: str | None = None,
-    ticket: str | None = None,
-    requested_by: str | None = None,
-    extra_tags: Mapping[str, str] | None = None,
-    on_run: Callable[[LayerRun], None] | None = None,
-) -> list[LayerRun]:
-    """Run each ``(layer, first, last)`` in order; stop at the first layer that fails.
+    backfill_id: str | None = None,
+    run_id: str | None = None,
+    supervisor: DaemonSupervisor | None = None,
+    on_run: Callable[[RunSummary], None] | None = None,
+    poll_seconds: float = 1.0,
+) -> BackfillOutcome:
+    """Wait until the backfill (or the single run) is finished, reporting each run as it
+    ends; keeps a daemon running through ``supervisor`` meanwhile."""
+    from backfill_assets.sensors.orphans import fail_orphaned_runs
 
-    Every run carries the layer tag and one request id for the whole launch, so
-    ``backfill-assets report --backfill <request id>`` reports the launch as a whole.
-    """
-    job = defs.resolve_implicit_global_asset_job_def()
-    request_id = (extra_tags or {}).get(tags.REQUEST_ID) or f"launch-{uuid.uuid4().hex[:12]}"
-    runs: list[LayerRun] = []
-    for layer, first, last in ranges:
-        parse_hour(first), parse_hour(last)
-        dry_run = steps == "shadow"
-        keys = layer_keys(defs, layer, steps)
-        log.info(
-            "%s %s: %s..%s (%d hour(s)), assets %s",
-            "dry run" if dry_run else steps,
-            layer,
-            first,
-            last,
-            len(hour_range(first, last)),
-            ", ".join(k.to_user_string() for k in keys),
+    reported: dict[str, RunSummary] = {}
+    while True:
+        if supervisor is not None:
+            supervisor.ensure()
+        for orphan in fail_orphaned_runs(instance):
+            log.warning("run %s: its process is gone; marked failed", orphan)
+        if backfill_id is not None:
+            backfill = instance.get_backfill(backfill_id)
+            status = backfill.status.value if backfill else "UNKNOWN"
+            runs = instance.get_runs(
+                filters=dg.RunsFilter(tags={tags.DAGSTER_BACKFILL: backfill_id})
+            )
+        else:
+            run = instance.get_run_by_id(run_id)
+            runs = [run] if run else []
+            status = (
+                ("COMPLETED" if run.status == dg.DagsterRunStatus.SUCCESS else "FAILED")
+                if run and run.status in RUN_DONE
+                else "REQUESTED"
+            )
+        for run in sorted(runs, key=lambda r: r.run_id):
+            if run.status in RUN_DONE and run.run_id not in reported:
+                reported[run.run_id] = summarize_run(instance, run)
+                if on_run:
+                    on_run(reported[run.run_id])
+        active = [r for r in runs if r.status not in RUN_DONE]
+        if status in FINISHED and not active:
+            ordered = sorted(reported.values(), key=lambda r: r.run_id)
+            return BackfillOutcome(backfill_id or run_id or "", status, ordered)
+        time.sleep(poll_seconds)
+
+
+def range_hours(first: str, last: str, cap: int) -> list[str]:
+    """The hours of ``first..last``, refused beyond ``cap`` hours (before anything runs)."""
+    hours = hour_range(first, last)
+    if len(hours) > cap:
+        raise ValueError(
+            f"{first}..{last} is {len(hours):,} hours, more than the cap of {cap:,} "
+            f"(BACKFILL_MAX_RANGE_HOURS); split the range or raise the cap for this command"
         )
-        started = time.monotonic()
-        result = job.execute_in_process(
-            instance=instance,
-            asset_selection=keys,
-            tags=run_tags(
-                first=first,
-                last=last,
-                dry_run=dry_run,
-                reason=reason,
-                ticket=ticket,
-                requested_by=requested_by,
-                extra={**(extra_tags or {}), tags.LAYER: layer, tags.REQUEST_ID: request_id},
-            ),
-            raise_on_error=False,
-        )
-        failures, checks = _summarize(result)
-        run = LayerRun(
-            layer,
-            first,
-            last,
-            result.run_id,
-            result.success,
-            time.monotonic() - started,
-            failures,
-            checks,
-            request_id,
-        )
-        runs.append(run)
-        if on_run:
-            on_run(run)
-        if not result.success:
-            break
-    return runs
+    return hours

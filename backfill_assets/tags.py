@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
+
+_RELEASE_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 PREFIX = "backfill_assets"
 REASON = f"{PREFIX}/reason"
 REQUESTED_BY = f"{PREFIX}/requested_by"
 TICKET = f"{PREFIX}/ticket"
-MODE = f"{PREFIX}/mode"  # backfill | dry_run | live
+MODE = f"{PREFIX}/mode"  # backfill | dry_run | publish | rollback | live
 ALLOW_MISSING_HOURS = f"{PREFIX}/allow_missing_hours"  # "true" or comma-separated hours
-SESSION_LOOKBACK = f"{PREFIX}/session_lookback_hours"
-SESSION_LOOKAHEAD = f"{PREFIX}/session_lookahead_hours"
+ALLOW_SHRINK = f"{PREFIX}/allow_shrink"  # "true": publish candidates much smaller than live
+RELEASE = f"{PREFIX}/release"  # the release a run builds into or publishes (default: backfill)
 LAYER = f"{PREFIX}/layer"  # the layer a run rebuilds (production tag concurrency)
 REQUEST_ID = f"{PREFIX}/request_id"  # every run of one launch or reconciliation request
 DAGSTER_BACKFILL = "dagster/backfill"
-MODES = ("backfill", "dry_run", "live")
+MODES = ("backfill", "dry_run", "publish", "rollback", "live")
 
 
 def run_manifest(tags: Mapping[str, str]) -> dict[str, str | None]:
@@ -27,6 +30,23 @@ def run_manifest(tags: Mapping[str, str]) -> dict[str, str | None]:
         "mode": tags.get(MODE) or ("backfill" if tags.get(DAGSTER_BACKFILL) else "live"),
         "backfill_id": tags.get(DAGSTER_BACKFILL),
     }
+
+
+def release_id(tags: Mapping[str, str], run_id: str) -> str:
+    """The release a run belongs to: its explicit release tag, else its Dagster backfill,
+    else the run itself (a single run outside a backfill is a release of its own)."""
+    return tags.get(RELEASE) or tags.get(DAGSTER_BACKFILL) or run_id
+
+
+def validate_release_id(value: str) -> str:
+    """A release id (a Dagster backfill or run id): letters, digits, ``-`` and ``_`` only."""
+    if not _RELEASE_ID.match(value or ""):
+        raise ValueError(f"invalid release id {value!r}: expected a Dagster backfill or run id")
+    return value
+
+
+def is_true(tags: Mapping[str, str], tag: str) -> bool:
+    return (tags.get(tag) or "").strip().lower() in ("1", "true", "yes")
 
 
 def allowed_missing_hours(tags: Mapping[str, str], hours: list[str]) -> set[str]:

@@ -13,9 +13,10 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from backfill_assets import launch, tags
 from backfill_assets.definitions import build_definitions
 from backfill_assets.generator import generate_backups
-from backfill_assets.launch import LayerRun, launch
+from backfill_assets.layers.windows import session_hours_touching
 from backfill_assets.settings import Settings
 
 
@@ -93,15 +94,112 @@ def settings_for(base_settings: Settings) -> Callable[[Path], Settings]:
     return lambda backups: dataclasses.replace(base_settings, backup_root=str(backups))
 
 
-@pytest.fixture
-def run_layers(
-    spark, warehouse, instance: dg.DagsterInstance, settings_for
-) -> Callable[..., list[LayerRun]]:
-    """Launch layer runs exactly as the CLI does, against a given backup tree."""
+@dataclasses.dataclass
+class ReleaseResult:
+    """What an in-process release did: its id and each run's summary, in order."""
 
-    def run(backups: Path, ranges: list[tuple[str, str, str]], **kwargs) -> list[LayerRun]:
-        defs = build_definitions(settings_for(backups))
-        return launch(defs, instance, ranges, **kwargs)
+    release_id: str
+    runs: list[launch.RunSummary]
+
+    @property
+    def success(self) -> bool:
+        return bool(self.runs) and all(r.success for r in self.runs)
+
+    @property
+    def checks(self) -> dict[str, dict]:
+        return {name: c for r in self.runs for name, c in r.checks.items()}
+
+    @property
+    def failures(self) -> list[str]:
+        return [f for r in self.runs for f in r.failures]
+
+    def run_of(self, asset: str) -> launch.RunSummary:
+        return next(r for r in self.runs if asset in r.assets)
+
+
+def release_stages(
+    layers: list[str], first: str, last: str, publish: bool
+) -> list[tuple[list[str], str | None, str | None]]:
+    """The runs Dagster's backfill daemon makes of a release, in order: the received-hour
+    layers over ``first..last`` in one run, the session layer over the session hours their
+    windows touch (or ``first..last`` when it is the root), then the publish step."""
+    received = [layer for layer in layers if layer != "aggregated"]
+    stages: list[tuple[list[str], str | None, str | None]] = []
+    if received:
+        stages.append((received, first, last))
+    if "aggregated" in layers:
+        span = session_hours_touching(first, last) if received else (first, last)
+        stages.append((["aggregated"], *span))
+    if publish:
+        stages.append(([], None, None))
+    return stages
+
+
+def execute_release(
+    defs: dg.Definitions,
+    instance: dg.DagsterInstance,
+    first: str,
+    last: str,
+    *,
+    layers: tuple[str, ...] = ("raw",),
+    downstream: bool = True,
+    publish: bool = True,
+    release_id: str | None = None,
+    extra_tags: dict[str, str] | None = None,
+    publish_only: str | None = None,
+) -> ReleaseResult:
+    """Run a release in this process, stage by stage as the daemon would, all runs tagged
+    with one release id (the suite's fast path; the CLI tests drive the real daemon)."""
+    import uuid
+
+    release_id = release_id or f"test-{uuid.uuid4().hex[:10]}"
+    job = defs.resolve_implicit_global_asset_job_def()
+    chosen = launch.release_layers(list(layers), downstream=downstream)
+    runs = []
+    stages = release_stages(chosen, first, last, publish)
+    if publish_only:  # publish an earlier (dry-run) release without rebuilding it
+        stages = [([], None, None)]
+    for stage_layers, lo, hi in stages:
+        keys = (
+            [k for layer in stage_layers for k in launch.layer_keys(defs, layer)]
+            if stage_layers
+            else [launch.PUBLISH_KEY]
+        )
+        run_tags = {
+            **launch.request_tags(dry_run=not publish, extra=extra_tags),
+            tags.RELEASE: release_id,
+        }
+        if lo is not None:
+            run_tags["dagster/asset_partition_range_start"] = lo
+            run_tags["dagster/asset_partition_range_end"] = hi
+        config = (
+            {"ops": {"release__publish": {"config": {"release_id": publish_only}}}}
+            if publish_only
+            else None
+        )
+        result = job.execute_in_process(
+            instance=instance,
+            asset_selection=keys,
+            tags=run_tags,
+            run_config=config,
+            raise_on_error=False,
+        )
+        summary = launch.summarize_run(instance, instance.get_run_by_id(result.run_id))
+        runs.append(summary)
+        failed_assets = [f for f in summary.failures if not f.split(":")[0].endswith("_checks")]
+        if failed_assets:
+            break  # Dagster does not build downstream of a failed step
+    return ReleaseResult(release_id, runs)
+
+
+@pytest.fixture
+def run_release(spark, warehouse, instance: dg.DagsterInstance, settings_for):
+    """Execute a release in-process against a given backup tree (see ``execute_release``)."""
+
+    def run(backups: Path, first: str, last: str, **kwargs) -> ReleaseResult:
+        return execute_release(
+            build_definitions(settings_for(backups)), instance, first, last, **kwargs
+        )
 
     return run
 

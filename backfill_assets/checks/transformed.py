@@ -1,13 +1,16 @@
 """Blocking checks of the transformed shadow table: pandera row rules, and reconciliation
-with the published raw layer (one row per distinct raw payload id of the hour, no more)."""
+with the raw payloads it was built from (the release's raw candidates, else the published
+ones): one row per distinct raw payload id of the hour, no more."""
 
 import dagster as dg
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from backfill_assets import tags
 from backfill_assets.checks import common, rules
 from backfill_assets.checks.schemas import TransformedPayloadSchema
 from backfill_assets.layers.common import json_metadata
+from backfill_assets.layers.raw import SHADOW_PAYLOADS as RAW_SHADOW
 from backfill_assets.layers.transformed import (
     LAYER,
     RAW_RECONCILIATION,
@@ -15,8 +18,11 @@ from backfill_assets.layers.transformed import (
     SHADOW_PAYLOADS,
     SOURCE_TABLE,
 )
-from backfill_assets.publishing.tables import table_exists
+from backfill_assets.publishing.tables import table_name
+from backfill_assets.resources.io_managers import resolve_upstream
 from backfill_assets.resources.warehouse import Warehouse
+
+LAYER_RAW_SHADOW = table_name(RAW_SHADOW)
 
 
 def reconcile_with_raw(transformed: DataFrame, raw: DataFrame) -> dict[str, dict[str, int]]:
@@ -85,8 +91,8 @@ def reconciliation_failures(hours: list[str], counts: dict[str, dict[str, int]])
             RAW_RECONCILIATION,
             asset=SHADOW_PAYLOADS,
             blocking=True,
-            description="transformed rows = distinct payload ids of the published "
-            "raw hour (each exactly once)",
+            description="transformed rows = distinct payload ids of the raw hour it was built from "
+            "(each exactly once)",
         ),
     ],
     can_subset=False,
@@ -107,11 +113,13 @@ def transformed_checks(context: dg.AssetCheckExecutionContext, warehouse: Wareho
             TransformedPayloadSchema,
             ["hour", "payload_id", "client_id", "page_url", "received_at"],
         )
-        raw = (
-            spark.table(SOURCE_TABLE).where(F.col("hour").isin(hours))
-            if table_exists(spark, SOURCE_TABLE)
-            else payloads.select("hour", "payload_id").limit(0)
-        )
+        raw = resolve_upstream(
+            spark,
+            LAYER_RAW_SHADOW,
+            SOURCE_TABLE,
+            hours,
+            tags.release_id(context.run.tags, context.run.run_id),
+        ).frame
         counts = reconcile_with_raw(payloads, raw)
     finally:
         payloads.unpersist()

@@ -10,70 +10,69 @@ from backfill_assets.cli.main import CommandError
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "rollback",
-        help="swap a layer's partitions of an hour back to their previous version",
+        help="roll back a release in every layer it published, in one transaction",
+        description="Roll back a release (--backfill ID), or the release currently published "
+        "at an hour (--hour H [--layer L]; repeat to walk further back). Runs as a Dagster "
+        "run of the rollback_release job, so the UI and the sensor see it.",
     )
-    p.add_argument("--layer", required=True, help="layer name, e.g. raw")
-    p.add_argument(
-        "--hour",
-        required=True,
-        action="append",
-        metavar="YYYY-MM-DDTHH",
-        help="hour to roll back (repeatable)",
-    )
+    p.add_argument("--backfill", dest="release", help="the release (backfill id) to roll back")
+    p.add_argument("--hour", metavar="YYYY-MM-DDTHH", help="roll back the release live at H")
+    p.add_argument("--layer", default="raw", help="the layer whose hour names the release")
     p.add_argument("--reason")
     p.add_argument("--ticket")
     p.add_argument("--requested-by")
+    p.add_argument("--no-wait", action="store_true", help="submit and exit without following")
     p.set_defaults(handler=run_rollback)
     v = subparsers.add_parser(
         "verify",
-        help="settle crashed publishes and check that the ledger agrees with the metastore",
+        help="settle crashed publishes, check the ledger against the metastore, list orphans",
     )
     v.set_defaults(handler=run_verify)
 
 
 def run_rollback(args: argparse.Namespace) -> int:
     import getpass
-    import uuid
 
+    from backfill_assets import launch, tags
+    from backfill_assets.cli.backfill import _context, _follow
     from backfill_assets.layers.registry import LAYERS
     from backfill_assets.partitions import InvalidHourError, parse_hour
-    from backfill_assets.publishing import publisher
-    from backfill_assets.resources.spark import spark_session
-    from backfill_assets.settings import Settings
+    from backfill_assets.publishing.assets import ROLLBACK_JOB
 
     if args.layer not in LAYERS:
         raise CommandError(f"unknown layer {args.layer!r}; choose from {', '.join(LAYERS)}")
     try:
-        for hour in args.hour:
-            parse_hour(hour)
-    except InvalidHourError as exc:
+        if args.release:
+            tags.validate_release_id(args.release)
+        elif args.hour:
+            parse_hour(args.hour)
+        else:
+            raise CommandError("name the release (--backfill ID) or an hour (--hour H)")
+    except (InvalidHourError, ValueError) as exc:
         raise CommandError(str(exc)) from None
-    settings = Settings.from_env()
-    spark = spark_session(settings)
-    manifest = {
-        "reason": args.reason,
-        "ticket": args.ticket,
-        "requested_by": args.requested_by or getpass.getuser(),
+    requested_by = args.requested_by or getpass.getuser()
+    config = {
+        "release_id": args.release or "",
+        "hour": args.hour or "",
+        "layer": args.layer,
+        "reason": args.reason or "",
+        "ticket": args.ticket or "",
+        "requested_by": requested_by,
     }
-    operation = f"rollback-{uuid.uuid4().hex[:12]}"
-    for hour in args.hour:
-        try:
-            events = publisher.rollback(
-                spark,
-                settings.warehouse_dir,
-                LAYERS[args.layer],
-                hour,
-                run_id=operation,
-                manifest=manifest,
-            )
-        except publisher.PublishError as exc:
-            raise CommandError(str(exc)) from None
-        for e in events:
-            print(
-                f"rolled back {e['table_name']} hour={hour}: {e['previous_location']} -> "
-                f"{e['new_location'] or '(no partition)'}"
-            )
-    return 0
+    settings, _defs, instance = _context(args)
+    try:
+        run_id = launch.submit_run(
+            settings,
+            ROLLBACK_JOB,
+            {"ops": {"rollback_op": {"config": config}}},
+            {tags.MODE: "rollback", tags.REQUESTED_BY: requested_by},
+        )
+    except launch.LaunchError as exc:
+        raise CommandError(str(exc)) from None
+    print(f"submitted rollback run {run_id}")
+    if args.no_wait:
+        return 0
+    return _follow(settings, instance, "rollback", run_id=run_id)
 
 
 def run_verify(args: argparse.Namespace) -> int:
@@ -86,10 +85,23 @@ def run_verify(args: argparse.Namespace) -> int:
     spark = spark_session(settings)
     settled = publisher.recover(spark, settings.warehouse_dir)
     for e in settled:
-        print(f"settled crashed publish of {e['table_name']} hour={e['hour']}: {e['phase']}")
-    tables = [t for layer in LAYERS.values() for _, t in layer.pairs]
+        print(
+            f"settled crashed transaction {e['txn_id']}: {e['table_name']} hour={e['hour']} "
+            f"{e['phase']}"
+        )
+    tables = [t for layer in LAYERS.values() for t in layer.tables]
     problems = publisher.verify(spark, tables)
     for problem in problems:
         print(f"DISAGREES: {problem}")
-    print(f"ledger and metastore {'agree' if not problems else 'disagree'} on {', '.join(tables)}")
+    orphans = publisher.orphan_versions(spark)
+    for o in orphans:
+        print(
+            f"orphan shadow version: {o['table_name']} version={o['version']} "
+            f"release={o['release_id']} ({o['hours']} hour(s), {o['rows']:,} rows; never "
+            f"published)"
+        )
+    print(
+        f"ledger and metastore {'agree' if not problems else 'disagree'} on {', '.join(tables)}; "
+        f"{len(orphans)} orphan shadow version(s)"
+    )
     return 1 if problems else 0

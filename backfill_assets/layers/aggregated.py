@@ -1,9 +1,10 @@
 """Aggregated layer: sessions and per-client hourly metrics, rebuilt with half-cut-aware windows.
 
 Sessions of hour H (the UTC hour of their first payload's event time) are built from the
-published transformed payloads received in ``[H - lookback, H + lookahead]`` (default 3 and
-3 hours, run tags ``tags.SESSION_LOOKBACK`` / ``tags.SESSION_LOOKAHEAD``), keeping the
-sessions that start in H (see "Sessions" in ``shared/backup-format.md``).
+transformed payloads received in ``[H - lookback, H + lookahead]`` (``layers.windows``: 3
+and 3 hours; the partition mapping of the input, so the UI shows what a backfill reads):
+the release's candidates for the hours it rebuilt, the published ones for the others.
+Only the sessions that start in H are kept (see "Sessions" in ``shared/backup-format.md``).
 
 Range independence: the sessions of H depend only on H's own window, whatever range H is
 backfilled in. One Spark job builds every hour of the range: each payload is copied to
@@ -14,33 +15,26 @@ collected to the driver.
 """
 
 import time
-from collections.abc import Mapping
+import warnings
+from collections.abc import Iterator
 
 import dagster as dg
 from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from backfill_assets import tags
 from backfill_assets.checks.schemas import HOUR_OF, session_id_of
 from backfill_assets.layers import transformed
 from backfill_assets.layers.common import (
     SINGLE_RUN,
-    json_metadata,
-    publish_asset,
+    release_input,
     run_lineage,
     shadow_out,
     with_lineage,
 )
-from backfill_assets.layers.windows import (
-    DEFAULT_LOOKAHEAD_HOURS,
-    DEFAULT_LOOKBACK_HOURS,
-    received_window,
-)
-from backfill_assets.partitions import hour_range, hourly_partitions, parse_hour, shift_hour
+from backfill_assets.layers.windows import LOOKAHEAD_HOURS, LOOKBACK_HOURS, received_window
+from backfill_assets.partitions import hourly_partitions, parse_hour
 from backfill_assets.publishing.publisher import Layer
-from backfill_assets.publishing.tables import published_hours
-from backfill_assets.resources.warehouse import Warehouse
 
 CODE_VERSION = "aggregated-1"
 GROUP = "aggregated"
@@ -114,63 +108,12 @@ LAYER = Layer(
         CLIENT_HOURLY_RECONCILIATION,
     ),
     code_version=CODE_VERSION,
+    upstream="transformed",
+    window=(LOOKBACK_HOURS, LOOKAHEAD_HOURS),
 )
 
 
 # --------------------------------------------------------------------------- windows
-
-
-def window_hours(run_tags: Mapping[str, str]) -> tuple[int, int]:
-    """(lookback, lookahead) of a run: its tags, else the defaults; small non-negative ints."""
-    values = []
-    for tag, default in (
-        (tags.SESSION_LOOKBACK, DEFAULT_LOOKBACK_HOURS),
-        (tags.SESSION_LOOKAHEAD, DEFAULT_LOOKAHEAD_HOURS),
-    ):
-        text = run_tags.get(tag)
-        if text is None or not text.strip():
-            values.append(default)
-            continue
-        text = text.strip()
-        if not (text.isascii() and text.isdigit()) or int(text) > MAX_WINDOW_HOURS:
-            raise ValueError(
-                f"run tag {tag}={text!r}: expected a whole number of hours from 0 to "
-                f"{MAX_WINDOW_HOURS}"
-            )
-        values.append(int(text))
-    return values[0], values[1]
-
-
-def missing_window_hours(
-    published: set[str],
-    first: str,
-    last: str,
-    lookback: int,
-    lookahead: int,
-    allowed_missing: set[str],
-) -> dict[str, list[str]]:
-    """Unpublished received hours of the windows of session hours ``first..last`` ->
-    the session hours that need them (hours declared empty are not missing)."""
-    start, end = (
-        received_window(first, lookback, lookahead)[0],
-        received_window(last, lookback, lookahead)[1],
-    )
-    sessions = set(hour_range(first, last))
-    missing = {}
-    for hour in hour_range(start, end):
-        if hour in published or hour in allowed_missing:
-            continue
-        lo, hi = shift_hour(hour, -lookahead), shift_hour(hour, lookback)
-        missing[hour] = [h for h in hour_range(lo, hi) if h in sessions]
-    return missing
-
-
-def describe_missing(missing: dict[str, list[str]]) -> str:
-    """``hour (needed by sessions of A..B)`` for each missing hour."""
-    return "; ".join(
-        f"{hour} (needed by session hour(s) {needs[0]}..{needs[-1]})"
-        for hour, needs in sorted(missing.items())
-    )
 
 
 def epoch_hour_of(hour: Column) -> Column:
@@ -205,6 +148,18 @@ def assign_session_hours(
         .withColumn("window_end", F.timestamp_seconds((target + lookahead + 1) * 3600))
         .drop("_target")
     )
+
+
+def session_window_mapping() -> dg.TimeWindowPartitionMapping:
+    """Session hour H reads received hours [H - lookback, H + lookahead]; the newest hours'
+    windows reach into hours that do not exist yet (they are simply not read)."""
+    with warnings.catch_warnings():  # the flag is beta in dagster 1.13; the mapping is not
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        return dg.TimeWindowPartitionMapping(
+            start_offset=-LOOKBACK_HOURS,
+            end_offset=LOOKAHEAD_HOURS,
+            allow_nonexistent_upstream_partitions=True,
+        )
 
 
 # --------------------------------------------------------------------------- sessions
@@ -309,15 +264,6 @@ def client_hourly(sessions: DataFrame) -> DataFrame:
     )
 
 
-def read_window(
-    spark: SparkSession, first: str, last: str, lookback: int, lookahead: int
-) -> DataFrame:
-    """Published transformed payloads of the received hours the session hours read."""
-    start = received_window(first, lookback, lookahead)[0]
-    end = received_window(last, lookback, lookahead)[1]
-    return spark.table(SOURCE_TABLE).where(F.col("hour").between(start, end))
-
-
 @dg.multi_asset(
     name="aggregated_shadow",
     outs={
@@ -336,57 +282,40 @@ def read_window(
             "mean and p95 duration; one shadow version per run.",
         ),
     },
-    deps=[
-        dg.AssetDep(
-            transformed.PAYLOADS,
-            partition_mapping=dg.TimeWindowPartitionMapping(
-                start_offset=-DEFAULT_LOOKBACK_HOURS, end_offset=DEFAULT_LOOKAHEAD_HOURS
-            ),
+    ins={
+        "transformed_payloads": release_input(
+            transformed.SHADOW_PAYLOADS,
+            published=SOURCE_TABLE,
+            reader=LAYER.checked_table,
+            partition_mapping=session_window_mapping(),
         )
-    ],
+    },
     partitions_def=hourly_partitions,
     backfill_policy=SINGLE_RUN,
     can_subset=False,
 )
-def aggregated_shadow(context: dg.AssetExecutionContext, warehouse: Warehouse):
+def aggregated_shadow(
+    context: dg.AssetExecutionContext, transformed_payloads: DataFrame
+) -> Iterator[dg.MaterializeResult]:
     """Rebuild the sessions and client_hourly shadow tables of the session hours."""
     started = time.monotonic()
     hours = list(context.partition_keys)
     first, last = hours[0], hours[-1]
-    try:
-        lookback, lookahead = window_hours(context.run.tags)
-    except ValueError as exc:
-        raise dg.Failure(description=str(exc), allow_retries=False) from None
-    spark = warehouse.spark
+    lookback, lookahead = LOOKBACK_HOURS, LOOKAHEAD_HOURS
+    spark = transformed_payloads.sparkSession
     if spark.conf.get("spark.sql.session.timeZone") != "UTC":
         raise dg.Failure(
             description="spark.sql.session.timeZone must be UTC (hour keys, session ids)",
             allow_retries=False,
         )
-    allowed = tags.allowed_missing_hours(context.run.tags, [])  # named hours only
-    published = set(published_hours(spark, SOURCE_TABLE))
-    missing = missing_window_hours(published, first, last, lookback, lookahead, allowed)
     read_start = received_window(first, lookback, lookahead)[0]
     read_end = received_window(last, lookback, lookahead)[1]
-    if missing:
-        raise dg.Failure(
-            description=(
-                f"{SOURCE_TABLE} is not published for {len(missing)} received hour(s) in the "
-                f"session windows of {first}..{last} (±{lookback}/{lookahead} h): "
-                f"{describe_missing(missing)}. Backfill the transformed layer for them, or "
-                f"declare them empty with {tags.ALLOW_MISSING_HOURS}=<hour>,<hour>"
-            ),
-            metadata={"missing_hours": json_metadata(missing)},
-            allow_retries=False,
-        )
     context.log.info(
-        f"sessions {first}..{last} from {SOURCE_TABLE} received {read_start}..{read_end} "
+        f"sessions {first}..{last} from transformed payloads received {read_start}..{read_end} "
         f"(lookback {lookback} h, lookahead {lookahead} h)"
     )
     sessions = with_lineage(
-        build_sessions(
-            read_window(spark, first, last, lookback, lookahead), first, last, lookback, lookahead
-        ),
+        build_sessions(transformed_payloads, first, last, lookback, lookahead),
         context,
         CODE_VERSION,
     ).persist(StorageLevel.MEMORY_AND_DISK)
@@ -396,7 +325,6 @@ def aggregated_shadow(context: dg.AssetExecutionContext, warehouse: Warehouse):
         "lookback_hours": lookback,
         "lookahead_hours": lookahead,
         "received_hours_read": f"{read_start}..{read_end}",
-        "allowed_missing_hours": json_metadata(sorted(allowed)),
     }
     try:
         yield dg.MaterializeResult(
@@ -413,17 +341,3 @@ def aggregated_shadow(context: dg.AssetExecutionContext, warehouse: Warehouse):
         )
     finally:
         sessions.unpersist()
-
-
-aggregated_published = publish_asset(
-    LAYER,
-    name="aggregated_publish",
-    group=GROUP,
-    descriptions={
-        "aggregated.sessions": "Published sessions: every session starting in the hour, with "
-        "entry/exit URL, device, counts and a may_be_truncated flag.",
-        "aggregated.client_hourly": "Published per-client metrics of the session hour: "
-        "sessions, payloads, pageviews, bounces, mean/p95 duration.",
-    },
-    deps=[SHADOW_SESSIONS, SHADOW_CLIENT_HOURLY],
-)

@@ -1,4 +1,4 @@
-"""Raw layer: backup lines read into shadow tables, then published after the checks pass."""
+"""Raw layer: backup lines read into shadow tables (published by the release after checks)."""
 
 import time
 
@@ -12,7 +12,6 @@ from backfill_assets.layers.common import (
     SINGLE_RUN,
     digest_of,
     json_metadata,
-    publish_asset,
     run_lineage,
     shadow_out,
     with_lineage,
@@ -127,17 +126,3 @@ def raw_shadow(context: dg.AssetExecutionContext, warehouse: Warehouse, backups:
         )
     finally:
         parsed.unpersist()
-
-
-raw_published = publish_asset(
-    LAYER,
-    name="raw_publish",
-    group=GROUP,
-    descriptions={
-        "raw.payloads": "Published raw payloads: a faithful typed copy of the valid backup "
-        "lines of each received hour.",
-        "raw.quarantine": "Published quarantine: the malformed lines and unreadable files of "
-        "each received hour, with the reason.",
-    },
-    deps=[SHADOW_PAYLOADS, SHADOW_QUARANTINE],
-)

@@ -1,18 +1,18 @@
-"""Transformed layer: the published raw payloads of each received hour, de-duplicated by
-``payload_id`` within the hour and with ``page_url`` normalized; published after the checks."""
+"""Transformed layer: the raw payloads of each received hour (the release's candidates, else
+the published ones), de-duplicated by ``payload_id`` within the hour and with ``page_url``
+normalized; published by the release after the checks."""
 
 import time
+from collections.abc import Iterator
 
 import dagster as dg
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from backfill_assets import tags
 from backfill_assets.layers import raw
 from backfill_assets.layers.common import (
     SINGLE_RUN,
-    json_metadata,
-    publish_asset,
+    release_input,
     run_lineage,
     shadow_out,
     with_lineage,
@@ -20,8 +20,6 @@ from backfill_assets.layers.common import (
 from backfill_assets.layers.urls import normalize_url_column
 from backfill_assets.partitions import hourly_partitions
 from backfill_assets.publishing.publisher import Layer
-from backfill_assets.publishing.tables import published_hours, table_exists
-from backfill_assets.resources.warehouse import Warehouse
 
 CODE_VERSION = "transformed-1"
 GROUP = "transformed"
@@ -50,6 +48,7 @@ LAYER = Layer(
     pairs=(("shadow.transformed_payloads", TABLE),),
     checks=(ROW_RULES, RAW_RECONCILIATION),
     code_version=CODE_VERSION,
+    upstream="raw",
 )
 
 
@@ -67,14 +66,6 @@ def transform(raw_payloads: DataFrame) -> DataFrame:
     )
 
 
-def unpublished_hours(
-    spark: SparkSession, table: str, hours: list[str], allowed_missing: set[str]
-) -> list[str]:
-    """Hours of ``hours`` without a published partition of ``table`` (and not declared empty)."""
-    published = set(published_hours(spark, table))
-    return [h for h in hours if h not in published and h not in allowed_missing]
-
-
 @dg.multi_asset(
     name="transformed_shadow",
     outs={
@@ -86,53 +77,29 @@ def unpublished_hours(
             "one immutable shadow version per run.",
         ),
     },
-    deps=[raw.PAYLOADS],
+    ins={
+        "raw_payloads": release_input(
+            raw.SHADOW_PAYLOADS, published=SOURCE_TABLE, reader=LAYER.checked_table
+        )
+    },
     partitions_def=hourly_partitions,
     backfill_policy=SINGLE_RUN,
     can_subset=False,
 )
-def transformed_shadow(context: dg.AssetExecutionContext, warehouse: Warehouse):
-    """Rebuild the transformed shadow table of the hours from the published raw payloads."""
+def transformed_shadow(
+    context: dg.AssetExecutionContext, raw_payloads: DataFrame
+) -> Iterator[dg.MaterializeResult]:
+    """Rebuild the transformed shadow table of the hours from the release's raw payloads."""
     started = time.monotonic()
     hours = list(context.partition_keys)
-    spark = warehouse.spark
-    # Only hours named in the tag: a blanket "true" is for the raw layer, which then
-    # publishes hours without backups as empty partitions (so they are published here).
-    allowed = tags.allowed_missing_hours(context.run.tags, [])
-    missing = unpublished_hours(spark, SOURCE_TABLE, hours, allowed)
-    if missing or not table_exists(spark, SOURCE_TABLE):
-        missing = missing or hours
-        raise dg.Failure(
-            description=(
-                f"{SOURCE_TABLE} is not published for {len(missing)} hour(s) the transformed "
-                f"layer reads: {', '.join(missing)}; backfill the raw layer first (or declare "
-                f"hours without backups empty with {tags.ALLOW_MISSING_HOURS})"
-            ),
-            metadata={"missing_hours": missing},
-            allow_retries=False,
-        )
-    source = spark.table(SOURCE_TABLE).where(F.col("hour").isin(hours))
-    transformed = with_lineage(transform(source), context, CODE_VERSION)
-    context.log.info(f"transformed {hours[0]}..{hours[-1]} from {SOURCE_TABLE}")
+    transformed = with_lineage(transform(raw_payloads), context, CODE_VERSION)
+    context.log.info(f"transformed {hours[0]}..{hours[-1]}")
     yield dg.MaterializeResult(
         asset_key=SHADOW_PAYLOADS,
         value=transformed.select(*PAYLOAD_COLUMNS, "run_id", "code_version", "hour"),
         metadata={
             **run_lineage(context, CODE_VERSION),
             "source_table": SOURCE_TABLE,
-            "allowed_missing_hours": json_metadata(sorted(allowed & set(hours))),
             "seconds": round(time.monotonic() - started, 2),
         },
     )
-
-
-transformed_published = publish_asset(
-    LAYER,
-    name="transformed_publish",
-    group=GROUP,
-    descriptions={
-        TABLE: "Published transformed payloads: the distinct payloads of each received hour "
-        "with page_url normalized.",
-    },
-    deps=[SHADOW_PAYLOADS],
-)

@@ -9,8 +9,13 @@ from __future__ import annotations
 
 from backfill_assets.partitions import shift_hour
 
-DEFAULT_LOOKBACK_HOURS = 3
-DEFAULT_LOOKAHEAD_HOURS = 3
+# The session window, one definition: the aggregated layer's partition mapping (what the UI
+# shows a backfill reads), its build and the release's hold-back rules all use it. Measure
+# what a wider one would recover with ``backfill-assets halfcut`` before changing it.
+LOOKBACK_HOURS = 3
+LOOKAHEAD_HOURS = 3
+DEFAULT_LOOKBACK_HOURS = LOOKBACK_HOURS
+DEFAULT_LOOKAHEAD_HOURS = LOOKAHEAD_HOURS
 
 
 def received_window(

@@ -4,6 +4,7 @@
 |----------------------------|------------------------------------------------|
 | ``audit.shadow_partitions``| shadow partition written (table, hour, version) |
 | ``audit.check_results``    | check outcome of a shadow partition             |
+| ``audit.release_reads``    | upstream partition a release's shadow read      |
 | ``audit.publications``     | ledger event: prepare / commit / abort of a swap|
 
 Rows are only ever appended, one Spark job per batch of rows (never one per hour).
@@ -21,12 +22,18 @@ from backfill_assets.publishing.tables import AUDIT_DB, ensure_table, split_tabl
 
 SHADOW_PARTITIONS = f"{AUDIT_DB}.shadow_partitions"
 CHECK_RESULTS = f"{AUDIT_DB}.check_results"
+RELEASE_READS = f"{AUDIT_DB}.release_reads"
 PUBLICATIONS = f"{AUDIT_DB}.publications"
 
 _DDL: dict[str, str] = {
     SHADOW_PARTITIONS: (
         "table_name string, hour string, version string, location string, row_count bigint, "
-        "checksum string, code_version string, run_id string, written_at timestamp"
+        "checksum string, code_version string, run_id string, written_at timestamp, "
+        "release_id string"
+    ),
+    RELEASE_READS: (
+        "release_id string, run_id string, reader_table string, upstream_table string, "
+        "hour string, source string, version string, location string, read_at timestamp"
     ),
     CHECK_RESULTS: (
         "table_name string, hour string, version string, check_name string, passed boolean, "
@@ -37,7 +44,7 @@ _DDL: dict[str, str] = {
         "run_id string, version string, previous_location string, new_location string, "
         "row_count bigint, checksum string, code_version string, backfill_id string, "
         "reason string, requested_by string, ticket string, run_mode string, "
-        "recorded_at timestamp"
+        "recorded_at timestamp, txn_id string"
     ),
 }
 

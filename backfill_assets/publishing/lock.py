@@ -44,6 +44,10 @@ from backfill_assets.settings import is_uri
 
 log = logging.getLogger(__name__)
 
+# The Dagster concurrency pool of the publish step (``release/publish``) and rollbacks: the
+# instance limits it to one at a time (deploy/dagster*.yaml), on every machine.
+PUBLISH_POOL = "publish"
+
 TIMEOUT_ENV = "BACKFILL_LOCK_TIMEOUT_SECONDS"
 DEFAULT_TIMEOUT_SECONDS = 900.0
 POLL_SECONDS = 0.2

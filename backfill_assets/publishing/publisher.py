@@ -1,35 +1,48 @@
-"""Publish checked shadow partitions by an atomic metastore pointer swap, with a ledger.
+"""Publish a release: every checked candidate of one backfill, in one ledger transaction.
 
-For each hour of a layer, the candidate is the newest shadow version of the layer's
-checked table. It is published only if every check of the layer recorded for that exact
-version passed; otherwise the hour is held back and the reasons are returned.
+A **release** is everything one Dagster backfill (or one run outside a backfill) wrote: a
+shadow version per (table, hour) of each layer it rebuilt, tagged with the release id in
+``audit.shadow_partitions``. Downstream layers of a release read their upstream's
+candidates of the same release (and the published version for the other hours of their
+window; ``audit.release_reads`` records which). Publishing a release:
 
-Publishing a batch of hours is two-phase in the append-only ledger (``audit.publications``):
-1. one ``prepare`` row per (table, hour) with previous and new location;
-2. per partition, ``ALTER TABLE ... PARTITION ... SET LOCATION`` (or ``ADD PARTITION``),
-   one atomic metastore operation; no data is copied, renamed or deleted;
-3. one ``commit`` row per (table, hour).
-A crash between 1 and 3 leaves each partition at its previous or its new location (both
-complete, immutable shadow versions); ``recover`` settles the pending rows against the
-metastore (commit if the swap happened, abort if not) before any new publish.
+1. **plan**: per layer and hour, the newest candidate of the release; it is held back if a
+   check of its layer did not pass for that exact version, if it would replace published
+   rows with much less (unless allowed), or if it read an upstream candidate of the release
+   that is held back (so a session hour never goes live on top of a raw hour that did not).
+   The whole release is refused if an hour it read as *published* has changed since it was
+   built (rebuild instead).
+2. **one transaction**: ``prepare`` rows for every (table, hour) to swap, all with one
+   ``txn_id``; then each swap (``ALTER TABLE ... PARTITION ... SET LOCATION`` / ``ADD`` /
+   ``DROP``, one atomic metastore operation each; no data is copied or deleted); then the
+   ``commit`` rows.
+3. **recovery**: a transaction with ``prepare`` rows and no outcome (a crash) is settled as
+   a whole by ``recover`` (run before every publish and rollback, and by ``verify``): if
+   every swap happened it is committed, otherwise the swaps that happened are undone and
+   it is aborted. Tables of a layer, and a layer and its downstream, are therefore never
+   left on different releases once recovery has run.
+
+Rollback is a transaction of the same kind: per (table, hour) the ledger is a stack
+(a publish pushes a location, a rollback pops it), so repeated rollbacks walk back
+through history and rolling back a first publish drops the partition.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pyspark.sql import SparkSession, Window
 from pyspark.sql import functions as F
 
 from backfill_assets import faults
+from backfill_assets.partitions import hour_range, shift_hour
 from backfill_assets.publishing import audit
-from backfill_assets.publishing.lock import holding_publish_lock
 from backfill_assets.publishing.tables import (
     ensure_table,
     location,
-    partition_location,
+    partition_locations,
     partition_spec,
     split_table,
     table_exists,
@@ -37,21 +50,39 @@ from backfill_assets.publishing.tables import (
 
 PREPARE, COMMIT, ABORT = "prepare", "commit", "abort"
 PUBLISH, ROLLBACK = "publish", "rollback"
+PUBLISHED, UNCHANGED, HELD_BACK = "published", "unchanged", "held_back"
+SOURCE_RELEASE, SOURCE_PUBLISHED = "release", "published"
+# A candidate with fewer rows than this share of what it replaces is held back unless the
+# run allows it (tag ``backfill_assets/allow_shrink``): a wrong BACKUP_ROOT, a tree that
+# shrank, a lost hour must never silently empty published data.
+DEFAULT_MIN_KEPT_SHARE = 0.5
 
 
 @dataclass(frozen=True)
 class Layer:
-    """The tables a layer publishes together, and the checks that gate them."""
+    """The tables a layer publishes together, the checks that gate them, what it reads."""
 
     name: str
     checked_table: str  # the shadow table whose checks gate the layer
     pairs: tuple[tuple[str, str], ...]  # (shadow table, published table)
     checks: tuple[str, ...]
     code_version: str
+    upstream: str | None = None  # the layer whose published table this layer reads
+    window: tuple[int, int] = (0, 0)  # upstream hours [H - back, H + ahead] an hour reads
+
+    @property
+    def tables(self) -> list[str]:
+        return [published for _, published in self.pairs]
+
+    def reads(self, hour: str) -> list[str]:
+        """The upstream hours partition ``hour`` of this layer is built from."""
+        back, ahead = self.window
+        return hour_range(shift_hour(hour, -back), shift_hour(hour, ahead))
 
 
 @dataclass
 class HourOutcome:
+    layer: str
     hour: str
     status: str  # published | unchanged | held_back
     version: str | None = None
@@ -59,77 +90,205 @@ class HourOutcome:
     tables: dict[str, dict] = field(default_factory=dict)
 
 
+@dataclass
+class ReleasePlan:
+    release_id: str
+    outcomes: list[HourOutcome]
+    stale: list[str]  # published upstream hours that changed since the release read them
+
+    def by_layer(self, layer: str) -> list[HourOutcome]:
+        return [o for o in self.outcomes if o.layer == layer]
+
+    @property
+    def held(self) -> list[HourOutcome]:
+        return [o for o in self.outcomes if o.status == HELD_BACK]
+
+
 class PublishError(RuntimeError):
-    pass
+    """Publishing or rolling back cannot proceed; the message says why and what to do."""
 
 
-def _latest_versions(spark: SparkSession, table: str, hours: Sequence[str]) -> dict[str, dict]:
+# ----------------------------------------------------------------------- reading audit
+
+
+def _newest(df, keys: Sequence[str], order: str):
+    rank = F.row_number().over(Window.partitionBy(*keys).orderBy(F.col(order).desc()))
+    return df.withColumn("_rank", rank).where(F.col("_rank") == 1).drop("_rank")
+
+
+def release_candidates(
+    spark: SparkSession, release_id: str, tables: Sequence[str]
+) -> dict[tuple[str, str], dict]:
+    """(shadow table, hour) -> newest shadow partition row the release wrote (one action)."""
     written = audit.read(spark, audit.SHADOW_PARTITIONS).where(
-        (F.col("table_name") == table) & F.col("hour").isin(list(hours))
+        (F.col("release_id") == release_id) & F.col("table_name").isin(list(tables))
     )
-    ranked = written.withColumn(
-        "rank", F.row_number().over(Window.partitionBy("hour").orderBy(F.col("written_at").desc()))
-    ).where(F.col("rank") == 1)
-    return {r["hour"]: r.asDict() for r in ranked.collect()}
+    rows = _newest(written, ["table_name", "hour"], "written_at").collect()
+    return {(r["table_name"], r["hour"]): r.asDict() for r in rows}
 
 
-def _shadow_rows(spark: SparkSession, tables: Sequence[str], versions: set[str]) -> dict:
-    rows = audit.read(spark, audit.SHADOW_PARTITIONS).where(
-        F.col("table_name").isin(list(tables)) & F.col("version").isin(list(versions))
+def releases_of(spark: SparkSession, tables: Sequence[str], hours: Sequence[str]) -> list[dict]:
+    """Releases that wrote any of ``tables`` x ``hours``: id, hours, newest write, newest first."""
+    rows = (
+        audit.read(spark, audit.SHADOW_PARTITIONS)
+        .where(
+            F.col("table_name").isin(list(tables))
+            & F.col("hour").isin(list(hours))
+            & F.col("release_id").isNotNull()
+        )
+        .groupBy("release_id")
+        .agg(
+            F.collect_set("hour").alias("hours"),
+            F.collect_set("table_name").alias("tables"),
+            F.max("written_at").alias("written_at"),
+        )
+        .orderBy(F.col("written_at").desc())
+        .collect()
     )
-    return {(r["table_name"], r["hour"], r["version"]): r.asDict() for r in rows.collect()}
+    return [r.asDict() for r in rows]
 
 
-def _check_outcomes(spark: SparkSession, table: str, versions: set[str]) -> dict:
-    rows = audit.read(spark, audit.CHECK_RESULTS).where(
-        (F.col("table_name") == table) & F.col("version").isin(list(versions))
+def _check_outcomes(spark: SparkSession, tables: Sequence[str], versions: set[str]) -> dict:
+    """(table, hour, version) -> check name -> (passed, detail), newest result per check."""
+    if not versions:
+        return {}
+    rows = (
+        audit.read(spark, audit.CHECK_RESULTS)
+        .where(F.col("table_name").isin(list(tables)) & F.col("version").isin(list(versions)))
+        .orderBy("checked_at")
+        .collect()
     )
-    outcomes: dict[tuple[str, str], dict[str, tuple[bool, str]]] = {}
-    for r in rows.orderBy("checked_at").collect():
-        outcomes.setdefault((r["hour"], r["version"]), {})[r["check_name"]] = (
+    outcomes: dict[tuple[str, str, str], dict[str, tuple[bool, str]]] = {}
+    for r in rows:
+        outcomes.setdefault((r["table_name"], r["hour"], r["version"]), {})[r["check_name"]] = (
             r["passed"],
             r["detail"],
         )
     return outcomes
 
 
-def plan(spark: SparkSession, layer: Layer, hours: Sequence[str]) -> list[HourOutcome]:
-    """Decide, per hour, what publishing would do (no side effects)."""
-    latest = _latest_versions(spark, layer.checked_table, hours)
-    versions = {row["version"] for row in latest.values()}
-    outcomes = _check_outcomes(spark, layer.checked_table, versions)
-    shadows = _shadow_rows(spark, [s for s, _ in layer.pairs], versions)
-    result = []
-    for hour in hours:
-        candidate = latest.get(hour)
-        if candidate is None:
-            result.append(HourOutcome(hour, "held_back", reasons=["no shadow version written"]))
-            continue
-        version = candidate["version"]
-        checks = outcomes.get((hour, version), {})
-        reasons = [f"{name}: not checked" for name in layer.checks if name not in checks]
-        reasons += [f"{name}: {detail}" for name, (ok, detail) in sorted(checks.items()) if not ok]
-        outcome = HourOutcome(hour, "held_back" if reasons else "published", version, reasons)
-        for shadow, published in layer.pairs:
-            row = shadow and shadows.get((shadow, hour, version))
-            if row is None:
-                outcome.reasons.append(f"{shadow}: no partition for version {version}")
-                outcome.status = "held_back"
-                continue
-            current = partition_location(spark, published, hour)
-            outcome.tables[published] = {
-                "previous_location": current,
-                "new_location": row["location"],
-                "row_count": row["row_count"],
-                "checksum": row["checksum"],
-                "code_version": row["code_version"],
-            }
-        if outcome.status == "published" and all(
-            t["previous_location"] == t["new_location"] for t in outcome.tables.values()
-        ):
-            outcome.status = "unchanged"
-        result.append(outcome)
-    return result
+def _reads(spark: SparkSession, release_id: str) -> list[dict]:
+    rows = audit.read(spark, audit.RELEASE_READS).where(F.col("release_id") == release_id)
+    return [r.asDict() for r in rows.collect()]
+
+
+def _rows_by_location(spark: SparkSession, locations: set[str]) -> dict[str, int]:
+    if not locations:
+        return {}
+    rows = (
+        audit.read(spark, audit.SHADOW_PARTITIONS)
+        .where(F.col("location").isin(sorted(locations)))
+        .select("location", "row_count")
+        .collect()
+    )
+    return {r["location"]: int(r["row_count"] or 0) for r in rows}
+
+
+# ------------------------------------------------------------------------------ planning
+
+
+def plan_release(
+    spark: SparkSession,
+    release_id: str,
+    layers: Sequence[Layer],
+    *,
+    allow_shrink: bool = False,
+    min_kept_share: float = DEFAULT_MIN_KEPT_SHARE,
+) -> ReleasePlan:
+    """Decide, per layer and hour of the release, what publishing it would do (read only).
+
+    ``layers`` in dependency order. A few Spark actions for the whole release, whatever its
+    size: candidates, check results, reads, published locations (one listing per table).
+    """
+    shadows = [s for layer in layers for s, _ in layer.pairs]
+    candidates = release_candidates(spark, release_id, shadows)
+    versions = {row["version"] for row in candidates.values()}
+    checks = _check_outcomes(spark, [layer.checked_table for layer in layers], versions)
+    current = {t: partition_locations(spark, t) for layer in layers for t in layer.tables}
+    previous_rows = _rows_by_location(
+        spark, {loc for locs in current.values() for loc in locs.values() if loc}
+    )
+    reads = _reads(spark, release_id)
+
+    stale = sorted(
+        {
+            f"{r['upstream_table']} {r['hour']} (read at {r['location']}, now "
+            f"{current.get(r['upstream_table'], {}).get(r['hour'])})"
+            for r in reads
+            if r["source"] == SOURCE_PUBLISHED
+            and r["upstream_table"] in current
+            and current[r["upstream_table"]].get(r["hour"]) != r["location"]
+        }
+    )
+    read_from_release = {
+        (r["reader_table"], r["upstream_table"], r["hour"])
+        for r in reads
+        if r["source"] == SOURCE_RELEASE
+    }
+
+    outcomes: list[HourOutcome] = []
+    status_of: dict[tuple[str, str], HourOutcome] = {}  # (layer, hour) -> outcome
+    by_name = {layer.name: layer for layer in layers}
+    for layer in layers:
+        hours = sorted({h for (t, h) in candidates if t == layer.checked_table})
+        for hour in hours:
+            version = candidates[(layer.checked_table, hour)]["version"]
+            outcome = HourOutcome(layer.name, hour, PUBLISHED, version)
+            results = checks.get((layer.checked_table, hour, version), {})
+            outcome.reasons += [f"{n}: not checked" for n in layer.checks if n not in results]
+            outcome.reasons += [f"{n}: {d}" for n, (ok, d) in sorted(results.items()) if not ok]
+            upstream = by_name.get(layer.upstream or "")
+            if upstream is not None:
+                main = upstream.tables[0]
+                for needed in layer.reads(hour):
+                    held = status_of.get((upstream.name, needed))
+                    if (
+                        held is not None
+                        and held.status == HELD_BACK
+                        and (layer.checked_table, main, needed) in read_from_release
+                    ):
+                        outcome.reasons.append(
+                            f"reads {upstream.name} {needed} of this release, which is held back"
+                        )
+            elif layer.upstream and any(
+                r[0] == layer.checked_table and r[2] in layer.reads(hour) for r in read_from_release
+            ):
+                outcome.reasons.append(
+                    f"reads {layer.upstream} candidates of this release that are not published "
+                    f"with it (publish {layer.upstream} too)"
+                )
+            for shadow, published in layer.pairs:
+                row = candidates.get((shadow, hour))
+                if row is None or row["version"] != version:
+                    outcome.reasons.append(f"{shadow}: no partition of version {version}")
+                    continue
+                was = current[published].get(hour)
+                new_rows, old_rows = int(row["row_count"] or 0), previous_rows.get(was or "", 0)
+                if not allow_shrink and old_rows and new_rows < old_rows * min_kept_share:
+                    outcome.reasons.append(
+                        f"{published} {hour}: rows {old_rows:,} -> {new_rows:,} "
+                        f"({(new_rows - old_rows) / old_rows:+.0%}) would replace published "
+                        f"data with much less; if that is right, allow it for this run "
+                        f"(--allow-shrink / tag backfill_assets/allow_shrink=true)"
+                    )
+                outcome.tables[published] = {
+                    "previous_location": was,
+                    "new_location": row["location"],
+                    "row_count": row["row_count"],
+                    "previous_row_count": old_rows if was else None,
+                    "checksum": row["checksum"],
+                    "code_version": row["code_version"],
+                }
+            if outcome.reasons:
+                outcome.status = HELD_BACK
+            elif all(t["previous_location"] == t["new_location"] for t in outcome.tables.values()):
+                outcome.status = UNCHANGED
+            outcomes.append(outcome)
+            status_of[(layer.name, hour)] = outcome
+    return ReleasePlan(release_id, outcomes, stale)
+
+
+# --------------------------------------------------------------------------- transactions
 
 
 def _ensure_published_table(spark: SparkSession, warehouse_dir: str, shadow: str, published: str):
@@ -140,191 +299,324 @@ def _ensure_published_table(spark: SparkSession, warehouse_dir: str, shadow: str
     ensure_table(spark, published, schema, ["hour"], f"{warehouse_dir}/published/{database}/{name}")
 
 
-def _swap(
-    spark: SparkSession, table: str, hour: str, previous: str | None, new_location: str | None
-) -> None:
-    """One atomic metastore operation moving partition ``hour`` from ``previous`` to new."""
+def _swap(spark: SparkSession, table: str, hour: str, previous: str | None, new: str | None):
+    """One atomic metastore operation moving partition ``hour`` from ``previous`` to ``new``."""
     spec = partition_spec(hour)
-    exists = previous is not None
-    if new_location is None:
-        if exists:
+    if new is None:
+        if previous is not None:
             spark.sql(f"ALTER TABLE {table} DROP IF EXISTS PARTITION ({spec})")
-    elif exists:
-        spark.sql(f"ALTER TABLE {table} PARTITION ({spec}) SET LOCATION '{location(new_location)}'")
+    elif previous is not None:
+        spark.sql(f"ALTER TABLE {table} PARTITION ({spec}) SET LOCATION '{location(new)}'")
     else:
-        spark.sql(f"ALTER TABLE {table} ADD PARTITION ({spec}) LOCATION '{location(new_location)}'")
+        spark.sql(f"ALTER TABLE {table} ADD PARTITION ({spec}) LOCATION '{location(new)}'")
 
 
-def _ledger_rows(events: list[dict], phase: str) -> list[dict]:
-    stamp = audit.now()
-    return [{**e, "phase": phase, "recorded_at": stamp} for e in events]
+def _stamp(events: Iterable[dict], phase: str, **extra) -> list[dict]:
+    now = audit.now()
+    return [{**e, **extra, "phase": phase, "recorded_at": now} for e in events]
 
 
-def apply_swaps(spark: SparkSession, warehouse_dir: str, events: list[dict]) -> None:
-    """Two-phase publish of prepared ledger events (each: table_name, hour, new_location...)."""
+def apply_transaction(spark: SparkSession, warehouse_dir: str, events: list[dict]) -> str | None:
+    """Swap every event's partition in one ledger transaction; returns the txn id.
+
+    Fault points: ``publish.swap`` after the first swap and ``publish.swap.<i>`` after
+    swap ``i`` (0-based), so a test can SIGKILL the process between any two swaps.
+    """
     if not events:
-        return
-    audit.append(spark, warehouse_dir, audit.PUBLICATIONS, _ledger_rows(events, PREPARE))
-    for index, event in enumerate(events):
-        _swap(
-            spark,
-            event["table_name"],
-            event["hour"],
-            event["previous_location"],
-            event["new_location"],
-        )
+        return None
+    txn_id = uuid.uuid4().hex
+    events = [{**e, "txn_id": txn_id} for e in events]
+    audit.append(spark, warehouse_dir, audit.PUBLICATIONS, _stamp(events, PREPARE))
+    for index, e in enumerate(events):
+        _swap(spark, e["table_name"], e["hour"], e["previous_location"], e["new_location"])
         if index == 0:
             faults.checkpoint(faults.PUBLISH_SWAP)
+        faults.checkpoint(f"{faults.PUBLISH_SWAP}.{index}")
     for table in sorted({e["table_name"] for e in events}):
         spark.catalog.refreshTable(table)
-    audit.append(spark, warehouse_dir, audit.PUBLICATIONS, _ledger_rows(events, COMMIT))
+    audit.append(spark, warehouse_dir, audit.PUBLICATIONS, _stamp(events, COMMIT))
+    return txn_id
 
 
-@holding_publish_lock
-def publish(
+def _event(table: str, hour: str, mode: str, manifest: Mapping, run_id: str, **values) -> dict:
+    return {
+        "event_id": uuid.uuid4().hex,
+        "table_name": table,
+        "hour": hour,
+        "mode": mode,
+        "run_id": run_id,
+        "backfill_id": manifest.get("backfill_id"),
+        "reason": manifest.get("reason"),
+        "requested_by": manifest.get("requested_by"),
+        "ticket": manifest.get("ticket"),
+        "run_mode": manifest.get("mode"),
+        **values,
+    }
+
+
+def publish_release(
     spark: SparkSession,
     warehouse_dir: str,
-    layer: Layer,
-    hours: Sequence[str],
+    release_id: str,
+    layers: Sequence[Layer],
     *,
     run_id: str,
-    manifest: dict,
-) -> list[HourOutcome]:
-    """Publish every hour of ``hours`` whose newest shadow version passed all checks."""
+    manifest: Mapping[str, str | None],
+    allow_shrink: bool = False,
+) -> ReleasePlan:
+    """Publish every passing (layer, hour) of the release in one transaction.
+
+    Raises ``PublishError`` (nothing published) when the release read published hours that
+    changed since it was built, or when it wrote nothing for ``layers``.
+    """
     recover(spark, warehouse_dir)
-    for shadow, published in layer.pairs:
-        if table_exists(spark, shadow):
-            _ensure_published_table(spark, warehouse_dir, shadow, published)
-    outcomes = plan(spark, layer, hours)
-    events = []
-    for outcome in outcomes:
-        if outcome.status != "published":
-            continue
-        for table, info in outcome.tables.items():
-            events.append(
-                {
-                    "event_id": uuid.uuid4().hex,
-                    "table_name": table,
-                    "hour": outcome.hour,
-                    "mode": PUBLISH,
-                    "run_id": run_id,
-                    "version": outcome.version,
-                    "previous_location": info["previous_location"],
-                    "new_location": info["new_location"],
-                    "row_count": info["row_count"],
-                    "checksum": info["checksum"],
-                    "code_version": info["code_version"],
-                    "backfill_id": manifest.get("backfill_id"),
-                    "reason": manifest.get("reason"),
-                    "requested_by": manifest.get("requested_by"),
-                    "ticket": manifest.get("ticket"),
-                    "run_mode": manifest.get("mode"),
-                }
-            )
-    apply_swaps(spark, warehouse_dir, events)
-    return outcomes
+    for layer in layers:
+        for shadow, published in layer.pairs:
+            if table_exists(spark, shadow):
+                _ensure_published_table(spark, warehouse_dir, shadow, published)
+    plan = plan_release(spark, release_id, layers, allow_shrink=allow_shrink)
+    if not plan.outcomes:
+        raise PublishError(
+            f"release {release_id} wrote no shadow partition of "
+            f"{', '.join(layer.name for layer in layers)}: nothing to publish"
+        )
+    if plan.stale:
+        raise PublishError(
+            f"release {release_id} read published data that has changed since it was built: "
+            f"{'; '.join(plan.stale[:10])}{' ...' if len(plan.stale) > 10 else ''}. "
+            f"Nothing was published; rebuild the release (run the backfill again)"
+        )
+    manifest = {**manifest, "backfill_id": release_id}
+    events = [
+        _event(
+            table,
+            o.hour,
+            PUBLISH,
+            manifest,
+            run_id,
+            version=o.version,
+            previous_location=info["previous_location"],
+            new_location=info["new_location"],
+            row_count=info["row_count"],
+            checksum=info["checksum"],
+            code_version=info["code_version"],
+        )
+        for o in plan.outcomes
+        if o.status == PUBLISHED
+        for table, info in o.tables.items()
+    ]
+    txn = apply_transaction(spark, warehouse_dir, events)
+    for o in plan.outcomes:
+        for info in o.tables.values():
+            info["txn_id"] = txn if o.status == PUBLISHED else None
+    return plan
 
 
-def ledger_state(spark: SparkSession) -> dict[tuple[str, str], list[dict]]:
-    """Ledger events grouped by (table, hour), oldest first."""
-    events: dict[tuple[str, str], list[dict]] = {}
-    for row in audit.read(spark, audit.PUBLICATIONS).orderBy("recorded_at").collect():
-        events.setdefault((row["table_name"], row["hour"]), []).append(row.asDict())
-    return events
+def ledger(spark: SparkSession, tables: Sequence[str] | None = None) -> list[dict]:
+    """Ledger events (of ``tables``), oldest first."""
+    df = audit.read(spark, audit.PUBLICATIONS)
+    if tables is not None:
+        df = df.where(F.col("table_name").isin(list(tables)))
+    return [r.asDict() for r in df.orderBy("recorded_at").collect()]
+
+
+def pending_transactions(spark: SparkSession) -> dict[str, list[dict]]:
+    """Transactions with ``prepare`` rows and no outcome (txn id -> their prepare rows): an
+    anti-join in Spark, so only the (usually zero) pending rows reach the driver."""
+    events = audit.read(spark, audit.PUBLICATIONS).withColumn(
+        "_txn", F.coalesce("txn_id", "event_id")
+    )
+    settled = events.where(F.col("phase") != PREPARE).select("_txn").distinct()
+    rows = (
+        events.where(F.col("phase") == PREPARE)
+        .join(settled, "_txn", "left_anti")
+        .orderBy("recorded_at")
+        .collect()
+    )
+    pending: dict[str, list[dict]] = {}
+    for row in rows:
+        event = row.asDict()
+        pending.setdefault(event.pop("_txn"), []).append(event)
+    return pending
 
 
 def recover(spark: SparkSession, warehouse_dir: str) -> list[dict]:
-    """Settle ``prepare`` events without an outcome (a crashed publish) against the metastore."""
-    settled: set[str] = set()
-    pending: dict[str, dict] = {}
-    for events in ledger_state(spark).values():
-        for e in events:
-            if e["phase"] == PREPARE:
-                pending[e["event_id"]] = e
-            else:
-                settled.add(e["event_id"])
-    resolutions = []
-    for event_id, e in pending.items():
-        if event_id in settled:
+    """Settle crashed transactions as a whole (commit if every swap happened, else undo the
+    swaps that did and abort); returns the resolution rows written."""
+    resolutions: list[dict] = []
+    for txn, events in pending_transactions(spark).items():
+        tables = sorted({e["table_name"] for e in events})
+        current = {t: partition_locations(spark, t) for t in tables}
+        swapped = [
+            e for e in events if current[e["table_name"]].get(e["hour"]) == e["new_location"]
+        ]
+        if len(swapped) == len(events):
+            resolutions += _stamp(events, COMMIT, reason=f"recovered after crash: commit {txn}")
             continue
-        current = partition_location(spark, e["table_name"], e["hour"])
-        phase = COMMIT if current == e["new_location"] else ABORT
-        resolutions.append(
-            {
-                **e,
-                "phase": phase,
-                "recorded_at": audit.now(),
-                "reason": f"recovered after crash: {phase}",
-            }
-        )
+        for e in swapped:  # undo: back to where the transaction found the partition
+            _swap(spark, e["table_name"], e["hour"], e["new_location"], e["previous_location"])
+        for table in tables:
+            spark.catalog.refreshTable(table)
+        resolutions += _stamp(events, ABORT, reason=f"recovered after crash: undone {txn}")
     audit.append(spark, warehouse_dir, audit.PUBLICATIONS, resolutions)
     return resolutions
 
 
-def verify(spark: SparkSession, tables: Sequence[str]) -> list[str]:
-    """Disagreements between the ledger and the metastore ([] when they agree).
+# ------------------------------------------------------------------------ history, verify
 
-    A partition agrees when its location is the ``new_location`` of its last committed
-    event, or, while a prepare is pending, either side of that pending swap.
-    """
+
+@dataclass
+class Entry:
+    """One published location in a (table, hour)'s history."""
+
+    location: str | None
+    release_id: str | None
+    event: dict
+
+
+def history(events: Sequence[dict]) -> dict[tuple[str, str], list[Entry]]:
+    """Per (table, hour), the stack of published locations: a committed publish pushes,
+    a committed rollback pops. The top is what should be published now."""
+    committed = [e for e in events if e["phase"] == COMMIT]
+    stacks: dict[tuple[str, str], list[Entry]] = {}
+    for e in committed:
+        stack = stacks.setdefault((e["table_name"], e["hour"]), [])
+        if e["mode"] == ROLLBACK:
+            if stack:
+                stack.pop()
+        elif not stack or stack[-1].location != e["new_location"]:
+            stack.append(Entry(e["new_location"], e["backfill_id"], e))
+    return stacks
+
+
+def verify(spark: SparkSession, tables: Sequence[str]) -> list[str]:
+    """Disagreements between the ledger and the metastore, and split transactions."""
+    stacks = history(ledger(spark, tables))
+    pending = {
+        txn: [e for e in rows if e["table_name"] in tables]
+        for txn, rows in pending_transactions(spark).items()
+    }
+    pending = {txn: rows for txn, rows in pending.items() if rows}
     problems = []
-    state = ledger_state(spark)
+    for txn, prepared in pending.items():
+        moved = [
+            e
+            for e in prepared
+            if partition_locations(spark, e["table_name"]).get(e["hour"]) == e["new_location"]
+        ]
+        if 0 < len(moved) < len(prepared):
+            problems.append(
+                f"transaction {txn} is split: {len(moved)} of {len(prepared)} swaps applied "
+                f"(run verify again to settle it)"
+            )
+    in_flight = {(e["table_name"], e["hour"]) for p in pending.values() for e in p}
     for table in tables:
-        hours = {h for (t, h) in state if t == table}
-        if table_exists(spark, table):
-            hours |= {
-                r[0].split("=", 1)[1] for r in spark.sql(f"SHOW PARTITIONS {table}").collect()
-            }
-        for hour in sorted(hours):
-            current = partition_location(spark, table, hour)
-            events = state.get((table, hour), [])
-            outcome_ids = {e["event_id"] for e in events if e["phase"] != PREPARE}
-            committed = [e for e in events if e["phase"] == COMMIT]
-            expected = committed[-1]["new_location"] if committed else None
-            allowed = {expected}
-            for e in events:
-                if e["phase"] == PREPARE and e["event_id"] not in outcome_ids:
-                    allowed |= {e["previous_location"], e["new_location"]}
-            if current not in allowed:
+        actual = partition_locations(spark, table)
+        keys = {h for (t, h) in stacks if t == table} | set(actual)
+        for hour in sorted(keys):
+            if (table, hour) in in_flight:
+                continue
+            stack = stacks.get((table, hour), [])
+            expected = stack[-1].location if stack else None
+            if actual.get(hour) != expected:
                 problems.append(
-                    f"{table} hour={hour}: metastore {current} "
-                    f"not in ledger {sorted(map(str, allowed))}"
+                    f"{table} hour={hour}: metastore {actual.get(hour)} but ledger {expected}"
                 )
     return problems
 
 
-@holding_publish_lock
-def rollback(
-    spark: SparkSession, warehouse_dir: str, layer: Layer, hour: str, *, run_id: str, manifest: dict
-) -> list[dict]:
-    """Swap every table of ``layer`` at ``hour`` back to the location before its last change."""
-    recover(spark, warehouse_dir)
-    state = ledger_state(spark)
-    events = []
-    for _, table in layer.pairs:
-        committed = [e for e in state.get((table, hour), []) if e["phase"] == COMMIT]
-        if not committed:
-            raise PublishError(f"{table} hour={hour}: nothing published, nothing to roll back")
-        last = committed[-1]
-        events.append(
+def orphan_versions(spark: SparkSession) -> list[dict]:
+    """Shadow versions no published partition points to and no ledger event ever named
+    (failed, killed or never-published runs), with their size in rows."""
+    events = ledger(spark)
+    named = {e["new_location"] for e in events} | {e["previous_location"] for e in events}
+    rows = audit.read(spark, audit.SHADOW_PARTITIONS).collect()
+    orphans: dict[tuple[str, str], dict] = {}
+    for r in rows:
+        if r["location"] in named:
+            continue
+        entry = orphans.setdefault(
+            (r["table_name"], r["version"]),
             {
-                "event_id": uuid.uuid4().hex,
-                "table_name": table,
-                "hour": hour,
-                "mode": ROLLBACK,
-                "run_id": run_id,
-                "version": None,
-                "previous_location": last["new_location"],
-                "new_location": last["previous_location"],
-                "row_count": None,
-                "checksum": None,
-                "code_version": None,
-                "backfill_id": None,
-                "reason": manifest.get("reason") or f"rollback of event {last['event_id']}",
-                "requested_by": manifest.get("requested_by"),
-                "ticket": manifest.get("ticket"),
-                "run_mode": manifest.get("mode"),
-            }
+                "table_name": r["table_name"],
+                "version": r["version"],
+                "release_id": r["release_id"],
+                "hours": 0,
+                "rows": 0,
+            },
         )
-    apply_swaps(spark, warehouse_dir, events)
-    return events
+        entry["hours"] += 1
+        entry["rows"] += int(r["row_count"] or 0)
+    return sorted(orphans.values(), key=lambda e: (e["table_name"], e["version"]))
+
+
+# ------------------------------------------------------------------------------ rollback
+
+
+def rollback_release(
+    spark: SparkSession,
+    warehouse_dir: str,
+    layers: Sequence[Layer],
+    *,
+    release_id: str | None = None,
+    hour: str | None = None,
+    layer: str | None = None,
+    run_id: str,
+    manifest: Mapping[str, str | None],
+) -> tuple[str, list[dict]]:
+    """Roll back one release in every table and hour it published, in one transaction.
+
+    With ``release_id``: that release (it must still be on top everywhere it published).
+    With ``hour`` (and ``layer``, default the first): the release currently published there,
+    so repeated rollbacks walk back through the ledger's history. Returns (release, events).
+    """
+    recover(spark, warehouse_dir)
+    tables = [t for lay in layers for t in lay.tables]
+    stacks = history(ledger(spark, tables))
+    if release_id is None:
+        if hour is None:
+            raise PublishError("name a release (--backfill ID) or an hour (--hour H)")
+        table = next(lay for lay in layers if layer in (None, lay.name)).tables[0]
+        stack = stacks.get((table, hour), [])
+        if not stack:
+            raise PublishError(f"{table} hour={hour}: nothing published, nothing to roll back")
+        release_id = stack[-1].release_id
+        if release_id is None:
+            raise PublishError(f"{table} hour={hour}: the published version has no release id")
+    touched = [
+        (key, stack)
+        for key, stack in sorted(stacks.items())
+        if any(entry.release_id == release_id for entry in stack)
+    ]
+    if not touched:
+        raise PublishError(f"release {release_id} published nothing; nothing to roll back")
+    on_top = [(key, stack) for key, stack in touched if stack[-1].release_id == release_id]
+    later = sorted(
+        {stack[-1].release_id or "?" for _, stack in touched if stack[-1].release_id != release_id}
+    )
+    if not on_top:
+        raise PublishError(f"release {release_id} is no longer published anywhere (rolled back)")
+    if later:
+        raise PublishError(
+            f"release {release_id} has been superseded in some partitions by "
+            f"{', '.join(later)}; roll those back first"
+        )
+    manifest = {**manifest, "reason": manifest.get("reason") or f"rollback of {release_id}"}
+    events = [
+        _event(
+            table,
+            hour_,
+            ROLLBACK,
+            {**manifest, "backfill_id": release_id},
+            run_id,
+            version=None,
+            previous_location=stack[-1].location,
+            new_location=stack[-2].location if len(stack) > 1 else None,
+            row_count=None,
+            checksum=None,
+            code_version=None,
+        )
+        for (table, hour_), stack in on_top
+    ]
+    apply_transaction(spark, warehouse_dir, events)
+    return release_id, events

@@ -105,6 +105,24 @@ def partition_location(spark: SparkSession, table: str, hour: str) -> str | None
     return None
 
 
+def partition_locations(spark: SparkSession, table: str) -> dict[str, str]:
+    """Every partition of ``table`` (hour -> location as the metastore reports it), in one
+    metastore call; {} if the table does not exist. Only for tables partitioned by hour."""
+    if not table_exists(spark, table):
+        return {}
+    database, name = split_table(table)
+    catalog = spark._jsparkSession.sessionState().catalog().externalCatalog()
+    jvm = spark._jvm
+    partitions = catalog.listPartitions(database, name, jvm.scala.Option.empty())
+    result = {}
+    iterator = partitions.iterator()
+    while iterator.hasNext():
+        partition = iterator.next()
+        hour = partition.spec().get("hour").get()
+        result[hour] = partition.location().toString()
+    return result
+
+
 def published_hours(spark: SparkSession, table: str) -> list[str]:
     if not table_exists(spark, table):
         return []

@@ -32,7 +32,7 @@ def build_resources(settings: Settings) -> dict[str, Any]:
     return {
         PYSPARK: pyspark,
         SHADOW_IO_MANAGER: ShadowTableIOManager(
-            pyspark=pyspark, warehouse_dir=settings.warehouse_dir
+            pyspark=pyspark, warehouse_dir=settings.warehouse_dir, backups=backups
         ),
         BACKUPS: backups,
         WAREHOUSE: Warehouse(pyspark=pyspark, warehouse_dir=settings.warehouse_dir),

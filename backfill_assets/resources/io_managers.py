@@ -1,30 +1,42 @@
-"""The PySpark IO manager that writes asset outputs into run-scoped shadow tables.
+"""The PySpark IO manager of the release: shadow tables out, release candidates in.
 
 An output of asset ``shadow/<name>`` for run R and hours H1..Hn becomes Parquet files under
 ``<warehouse_dir>/shadow/<name>/version=R/hour=H`` (one Spark job for the whole range),
 registered as partitions (hour, version) of the Spark table ``shadow.<name>``. A shadow
 partition is immutable: a later run writes a new version beside it, never over it, so a
 published pointer to it can never change under a reader. Each partition's row count and
-checksum are recorded in ``audit.shadow_partitions`` and in the output's metadata.
+checksum are recorded in ``audit.shadow_partitions`` (with the release id: the Dagster
+backfill, else the run) and in the output's metadata.
+
+Inputs are the upstream shadow asset of the same release: for each upstream hour the
+input reads, the newest version the *release* wrote if it rebuilt that hour, else the
+*published* partition (``published_table`` in the input's metadata). What was read, and
+from where, is recorded in ``audit.release_reads``, so publishing can hold back what was
+built on a held-back hour and refuse a release whose published inputs changed since.
 """
 
 import time
+from dataclasses import dataclass
 
 import dagster as dg
 from dagster_pyspark import LazyPySparkResource
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from backfill_assets import tags
 from backfill_assets.partitions import parse_hour
 from backfill_assets.publishing import audit
+from backfill_assets.publishing.publisher import SOURCE_PUBLISHED, SOURCE_RELEASE
 from backfill_assets.publishing.tables import (
     ensure_table,
     location,
+    partition_locations,
     partition_spec,
     run_id,
     split_table,
     table_name,
 )
+from backfill_assets.resources.backup_store import BackupStore
 
 LINEAGE_COLUMNS = ("run_id", "code_version")
 SHADOW_PARTITION_COLUMNS = ["hour", "version"]
@@ -58,11 +70,24 @@ def partition_stats(df: DataFrame) -> dict[str, tuple[int, str, str | None]]:
     }
 
 
+# Input metadata: the published table of the upstream, and the shadow table that reads it.
+PUBLISHED_TABLE = "published_table"
+READER_TABLE = "reader_table"
+
+
+def run_tags(context: dg.InputContext | dg.OutputContext) -> dict[str, str]:
+    return dict(context.step_context.dagster_run.tags)
+
+
 class ShadowTableIOManager(dg.ConfigurableIOManager):
-    """Writes Spark DataFrames to run-scoped shadow partitions; reads the latest version."""
+    """Writes Spark DataFrames to run-scoped shadow partitions of the run's release; reads
+    upstream hours from the same release, else from what is published."""
 
     pyspark: dg.ResourceDependency[LazyPySparkResource]
     warehouse_dir: str
+    # The backup tree, to read hours outside it (before its first, after its newest) as
+    # empty when a session window reaches there.
+    backups: dg.ResourceDependency[BackupStore | None] = None
 
     @property
     def spark(self) -> SparkSession:
@@ -78,6 +103,7 @@ class ShadowTableIOManager(dg.ConfigurableIOManager):
         hours = sorted(context.asset_partition_keys)
         for hour in hours:
             parse_hour(hour)
+        release = tags.release_id(run_tags(context), context.run_id)
         root = self._root(table)
         version_root = f"{root}/version={version}"
         code_version = context.asset_spec.code_version
@@ -111,6 +137,7 @@ class ShadowTableIOManager(dg.ConfigurableIOManager):
                     "code_version": stats.get(h, (0, "", None))[2] or code_version,
                     "run_id": context.run_id,
                     "written_at": now,
+                    "release_id": release,
                 }
                 for h in hours
             ],
@@ -123,6 +150,7 @@ class ShadowTableIOManager(dg.ConfigurableIOManager):
                 "write_seconds": round(seconds, 2),
                 "rows_per_second": round(rows_written / seconds) if seconds else 0,
                 "version": version,
+                "release_id": release,
                 "location": dg.MetadataValue.path(version_root),
                 "rows_written": rows_written,
                 "rows_per_hour": dg.MetadataValue.json(
@@ -135,17 +163,141 @@ class ShadowTableIOManager(dg.ConfigurableIOManager):
         )
 
     def load_input(self, context: dg.InputContext) -> DataFrame:
-        """The newest shadow version of each requested hour."""
-        table = table_name(context.asset_key)
-        hours = sorted(context.asset_partition_keys)
-        latest = (
-            audit.read(self.spark, audit.SHADOW_PARTITIONS)
-            .where((F.col("table_name") == table) & F.col("hour").isin(hours))
-            .withColumn(
-                "rank",
-                F.row_number().over(Window.partitionBy("hour").orderBy(F.col("written_at").desc())),
-            )
-            .where(F.col("rank") == 1)
-            .select("hour", "version")
+        """The upstream hours of this input: the release's candidate where the release
+        rebuilt the hour, the published partition otherwise (see ``resolve_upstream``);
+        records what was read in ``audit.release_reads``."""
+        reader = context.definition_metadata[READER_TABLE]
+        run = run_tags(context)
+        this_run = context.step_context.run_id
+        view = resolve_upstream(
+            self.spark,
+            table_name(context.asset_key),
+            context.definition_metadata[PUBLISHED_TABLE],
+            sorted(context.asset_partition_keys),
+            tags.release_id(run, this_run),
+            allowed_empty=tags.allowed_missing_hours(run, []) | self.outside_backups(context),
         )
-        return self.spark.table(table).join(latest, ["hour", "version"], "inner")
+        if view.missing:
+            raise dg.Failure(
+                description=(
+                    f"{view.published} is not published for {len(view.missing)} hour(s) that "
+                    f"{reader} reads, and this release did not rebuild them: "
+                    f"{', '.join(view.missing[:24])}{' ...' if len(view.missing) > 24 else ''}. "
+                    f"Include them in the backfill, or declare them empty with "
+                    f"{tags.ALLOW_MISSING_HOURS}=<hour>,<hour>"
+                ),
+                metadata={"missing_hours": view.missing},
+                allow_retries=False,
+            )
+        audit.append(
+            self.spark, self.warehouse_dir, audit.RELEASE_READS, view.reads(reader, this_run)
+        )
+        context.log.info(
+            f"{reader} reads {len(view.candidates)} hour(s) of {view.upstream} from release "
+            f"{view.release_id}, {len(view.live)} published hour(s) of {view.published}"
+            + (f", {len(view.empty)} hour(s) outside the backups as empty" if view.empty else "")
+        )
+        return view.frame
+
+    def outside_backups(self, context: dg.InputContext) -> set[str]:
+        """Hours before the backup tree's first hour or after its newest: no data exists
+        for them (yet), so a window reaching there reads them as empty."""
+        if self.backups is None:
+            return set()
+        from backfill_assets.sensors.state import backup_bounds
+
+        bounds = backup_bounds(self.backups)
+        hours = context.asset_partition_keys
+        if bounds is None:
+            return set(hours)
+        return {h for h in hours if h < bounds[0] or h > bounds[1]}
+
+
+@dataclass
+class UpstreamView:
+    """What a downstream build reads of one upstream table, hour by hour."""
+
+    spark: SparkSession
+    upstream: str  # the shadow table
+    published: str  # its published table
+    release_id: str
+    candidates: dict[str, tuple[str, str]]  # hour -> (version, location) of the release
+    live: dict[str, str]  # hour -> published location, for the hours not rebuilt
+    empty: list[str]  # hours read as empty (declared so, or outside the backups)
+    missing: list[str]  # hours neither rebuilt, published nor allowed empty
+
+    @property
+    def frame(self) -> DataFrame:
+        """The rows of every hour, candidates and published alike, without ``version``."""
+        table = self.spark.table(self.upstream)
+        if self.candidates:
+            pairs = self.spark.createDataFrame(
+                sorted((h, v) for h, (v, _) in self.candidates.items()),
+                "hour string, version string",
+            )
+            result = table.join(pairs, ["hour", "version"]).drop("version")
+        else:
+            result = table.where(F.lit(False)).drop("version")
+        if self.live:
+            published = self.spark.table(self.published).where(F.col("hour").isin(list(self.live)))
+            result = result.unionByName(published)
+        return result
+
+    def reads(self, reader: str, run: str) -> list[dict]:
+        now = audit.now()
+        rows = [
+            (h, SOURCE_RELEASE, version, location)
+            for h, (version, location) in self.candidates.items()
+        ] + [(h, SOURCE_PUBLISHED, None, location) for h, location in self.live.items()]
+        return [
+            {
+                "release_id": self.release_id,
+                "run_id": run,
+                "reader_table": reader,
+                "upstream_table": self.published,
+                "hour": h,
+                "source": source,
+                "version": version,
+                "location": location,
+                "read_at": now,
+            }
+            for h, source, version, location in sorted(rows)
+        ]
+
+
+def resolve_upstream(
+    spark: SparkSession,
+    upstream: str,
+    published: str,
+    hours: list[str],
+    release_id: str,
+    *,
+    allowed_empty: set[str] = frozenset(),
+) -> UpstreamView:
+    """Per hour: the newest version of ``upstream`` that release ``release_id`` wrote, else
+    the published partition of ``published``; two small lookups, no scan of the data."""
+    for hour in hours:
+        parse_hour(hour)
+    written = audit.read(spark, audit.SHADOW_PARTITIONS).where(
+        (F.col("table_name") == upstream)
+        & (F.col("release_id") == release_id)
+        & F.col("hour").isin(hours)
+    )
+    newest = F.row_number().over(Window.partitionBy("hour").orderBy(F.col("written_at").desc()))
+    candidates = {
+        r["hour"]: (r["version"], r["location"])
+        for r in written.withColumn("_n", newest).where(F.col("_n") == 1).collect()
+    }
+    locations = partition_locations(spark, published)
+    live = {h: locations[h] for h in hours if h not in candidates and h in locations}
+    rest = [h for h in hours if h not in candidates and h not in live]
+    return UpstreamView(
+        spark,
+        upstream,
+        published,
+        release_id,
+        candidates,
+        live,
+        empty=[h for h in rest if h in allowed_empty],
+        missing=[h for h in rest if h not in allowed_empty],
+    )

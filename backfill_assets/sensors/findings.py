@@ -103,13 +103,16 @@ class ReconcileConfig:
       the rest is reported and waits (a group larger than the cap waits for a person);
     - ``BACKFILL_RECONCILE_WINDOW_HOURS`` (168): the newest backup hours compared;
     - ``BACKFILL_RECONCILE_GRACE_HOURS`` (2): newest hours left to the live pipeline when
-      unpublished.
+      unpublished;
+    - ``BACKFILL_RECONCILE_SENSOR`` (``on``): ``off`` makes the sensor stopped by default
+      (a daemon started for one CLI command in tests, for example).
     """
 
     interval_seconds: int = 300
     max_hours_per_tick: int = 48
     window_hours: int = 168
     grace_hours: int = 2
+    enabled: bool = True
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ReconcileConfig:
@@ -119,6 +122,8 @@ class ReconcileConfig:
             max_hours_per_tick=_env_int(env, "BACKFILL_MAX_HOURS_PER_TICK", 48, 1),
             window_hours=_env_int(env, "BACKFILL_RECONCILE_WINDOW_HOURS", 168, 1),
             grace_hours=_env_int(env, "BACKFILL_RECONCILE_GRACE_HOURS", 2, 0),
+            enabled=env.get("BACKFILL_RECONCILE_SENSOR", "on").strip().lower()
+            not in ("off", "0", "false", "no"),
         )
 
 

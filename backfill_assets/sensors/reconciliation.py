@@ -7,16 +7,18 @@ and the Dagster instance: it never starts Spark in the daemon. It then
 - records its findings where the UI shows them: one ``AssetObservation`` per hour with
   findings on the layer's first published table (e.g. ``raw/payloads``), with the
   findings and what the sensor did about them, and a "resolved" one when they are gone;
-- requests a run per layer and partition range (``launch.plan_ranges``: the damaged raw
-  hours, then transformed, then the session hours whose windows touch them), tagged with
-  the run manifest (reason = what drifted, requested_by = ``reconciliation-sensor``,
-  mode = ``backfill``), oldest first, at most ``BACKFILL_MAX_HOURS_PER_TICK`` hours;
+- submits one **release** (a Dagster asset backfill, the one the UI launches: see
+  ``launch.submit_backfill``) rooted at the damaged hours of the topmost damaged layer,
+  downstream included (Dagster derives the session hours whose windows touch them),
+  tagged with the run manifest (reason = what drifted, requested_by =
+  ``reconciliation-sensor``, mode = ``backfill``), oldest first, at most
+  ``BACKFILL_MAX_HOURS_PER_TICK`` hours;
 - never requests twice: hours that a queued or running run rebuilds are skipped, the
   cursor remembers the damage each requested hour was requested for (same damage, no
   new request, even if that run failed: a person looks), and each request has a run key.
 
-The local run queue runs one run at a time, in request order, so raw runs before the
-layers that read it.
+Dagster orders each release's layers (a downstream run starts once its upstream
+partitions are built) and queues the runs under the instance's limits.
 """
 
 import json
@@ -28,9 +30,16 @@ from datetime import UTC, datetime
 import dagster as dg
 
 from backfill_assets.layers import registry
+from backfill_assets.partitions import hour_range
 from backfill_assets.publishing.publisher import Layer
 from backfill_assets.resources.backup_store import BackupStore
-from backfill_assets.sensors.findings import ReconcileConfig, Reconciliation, digest
+from backfill_assets.sensors.findings import (
+    RangeRequest,
+    ReconcileConfig,
+    Reconciliation,
+    digest,
+)
+from backfill_assets.sensors.orphans import fail_orphaned_runs
 from backfill_assets.sensors.state import (
     asset_key,
     layer_asset_keys,
@@ -39,6 +48,7 @@ from backfill_assets.sensors.state import (
     reconcile_window,
     runs_in_flight,
 )
+from backfill_assets.settings import Settings
 
 SENSOR_NAME = "reconciliation_sensor"
 
@@ -72,6 +82,50 @@ class Cursor:
         )
 
 
+def releases(requests: Sequence[RangeRequest]) -> list[tuple[RangeRequest, list[str]]]:
+    """The releases that cover ``requests``: (root request, layers rebuilt). A request is a
+    root unless an earlier layer's root already derives all of its hours."""
+    from backfill_assets.launch import LAYERS, plan_ranges, release_layers
+
+    covered: dict[str, set[str]] = {}
+    result = []
+    for request in sorted(requests, key=lambda r: (LAYERS.index(r.layer), r.first)):
+        hours = set(hour_range(request.first, request.last))
+        if hours <= covered.get(request.layer, set()):
+            continue
+        layers = release_layers([request.layer])
+        for layer, first, last in plan_ranges(layers, request.first, request.last):
+            covered.setdefault(layer, set()).update(hour_range(first, last))
+        result.append((request, layers))
+    return result
+
+
+def submit_releases(evaluation: "Evaluation", settings: Settings) -> list[str]:
+    """Submit the evaluation's releases as Dagster asset backfills; their ids."""
+    from backfill_assets import launch
+    from backfill_assets.definitions import build_definitions
+
+    defs = build_definitions(settings)
+    ids = []
+    for request, layers in releases(evaluation.requests):
+        run_tags = {
+            k: v
+            for k, v in request.tags(evaluation.request_id).items()
+            if not k.startswith("dagster/")
+        }
+        ids.append(
+            launch.submit_backfill(
+                settings,
+                launch.release_selection(defs, layers),
+                hour_range(request.first, request.last),
+                run_tags,
+                title=f"reconcile {request.layer} {request.first}..{request.last}",
+                description=request.reason,
+            )
+        )
+    return ids
+
+
 @dataclass
 class Evaluation:
     """One evaluation: the comparison, and what the sensor returns for it."""
@@ -79,6 +133,10 @@ class Evaluation:
     reconciliation: Reconciliation | None
     result: dg.SensorResult
     request_id: str
+
+    @property
+    def requests(self) -> list[RangeRequest]:
+        return self.reconciliation.plan.requests if self.reconciliation else []
 
 
 def _next_requested(result: Reconciliation, previous: Cursor) -> dict[str, dict[str, str]]:
@@ -161,6 +219,7 @@ def evaluate(
 ) -> Evaluation:
     """One evaluation of the sensor (also used by the demo): compare, plan, build requests."""
     layers = list(registry.LAYERS.values()) if layers is None else list(layers)
+    fail_orphaned_runs(instance)  # a killed run must not block its hours forever
     previous = Cursor.parse(cursor)
     request_id = f"reconcile-{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
     window = reconcile_window(backups, config)
@@ -185,29 +244,15 @@ def evaluate(
         in_flight=in_flight,
         requested=previous.requested,
     )
-    run_requests = [
-        dg.RunRequest(
-            run_key=request.run_key,
-            asset_selection=list(keys_by_layer[request.layer]),
-            tags=request.tags(request_id),
-        )
-        for request in result.plan.requests
-    ]
     events, reported = _observations(result, previous, layers, request_id)
     next_cursor = Cursor(requested=_next_requested(result, previous), reported=reported).dump()
-    if run_requests:
-        sensor_result = dg.SensorResult(
-            run_requests=run_requests, asset_events=events, cursor=next_cursor
-        )
+    if result.plan.requests:
+        summary = f"{len(result.findings)} finding(s); releases requested ({request_id})"
+    elif result.findings:
+        summary = f"{len(result.findings)} finding(s), nothing new to request"
     else:
-        summary = (
-            f"{len(result.findings)} finding(s), nothing new to request"
-            if result.findings
-            else "no findings: backups and published data agree"
-        )
-        sensor_result = dg.SensorResult(
-            skip_reason=summary, asset_events=events, cursor=next_cursor
-        )
+        summary = "no findings: backups and published data agree"
+    sensor_result = dg.SensorResult(skip_reason=summary, asset_events=events, cursor=next_cursor)
     return Evaluation(result, sensor_result, request_id)
 
 
@@ -218,7 +263,9 @@ def build_reconciliation_sensor(config: ReconcileConfig | None = None) -> dg.Sen
     @dg.sensor(
         name=SENSOR_NAME,
         minimum_interval_seconds=config.interval_seconds,
-        default_status=dg.DefaultSensorStatus.RUNNING,
+        default_status=(
+            dg.DefaultSensorStatus.RUNNING if config.enabled else dg.DefaultSensorStatus.STOPPED
+        ),
         target=dg.AssetSelection.groups(*registry.LAYERS),
         description=(
             "Compares the closed backup manifests with the published partitions (counts, "
@@ -238,6 +285,15 @@ def build_reconciliation_sensor(config: ReconcileConfig | None = None) -> dg.Sen
         if evaluation.reconciliation is not None:
             for line in evaluation.reconciliation.lines():
                 context.log.info(line)
+        submitted = submit_releases(evaluation, Settings.from_env())
+        if submitted:
+            context.log.info(f"submitted release(s) {', '.join(submitted)}")
+            return dg.SensorResult(
+                skip_reason=f"submitted release(s) {', '.join(submitted)} "
+                f"for {evaluation.request_id}",
+                asset_events=evaluation.result.asset_events,
+                cursor=evaluation.result.cursor,
+            )
         return evaluation.result
 
     return reconciliation_sensor

@@ -50,6 +50,7 @@ ACTIVE_STATUSES = [
     dg.DagsterRunStatus.STARTED,
 ]
 PAGE = 500
+UNPUBLISHED = "unpublished"  # status of a rollback that removed the partition
 
 
 def asset_key(table: str) -> dg.AssetKey:
@@ -166,6 +167,9 @@ def latest_by_partition(
             metadata = record.asset_materialization.metadata
             info = partition_facts(metadata, hour)
             state = found.get(hour)
+            if state is None and info["status"] == UNPUBLISHED:
+                pending.discard(hour)  # rolled back to nothing: not published now
+                continue
             if state is None:
                 lineage_code = text_or_none(metadata_value(metadata, "code_version"))
                 code = info["code_version"] or lineage_code

@@ -1,0 +1,331 @@
+"""The release's Dagster definitions: the published tables, the publish step, rollback.
+
+- The **published tables** (``raw/payloads`` ...) are asset specs that no run computes:
+  they change only when a release is published or rolled back, and each change is
+  recorded as a materialization of the (table, hour) with the publish metadata.
+- **``release/publish``** publishes one release: in a backfill, the backfill's own release
+  after every layer's shadows and checks ran; alone (UI or ``backfill-assets publish``),
+  the release named in its config or tag, or the newest checked release of a range.
+- **``rollback_release``** rolls one release back in every layer, in one transaction.
+"""
+
+import time
+from collections.abc import Mapping, Sequence
+
+import dagster as dg
+from pydantic import Field
+
+from backfill_assets import tags
+from backfill_assets.layers import aggregated, raw, transformed
+from backfill_assets.layers.common import json_metadata, run_lineage
+from backfill_assets.layers.registry import LAYERS
+from backfill_assets.partitions import hour_range, hourly_partitions
+from backfill_assets.publishing import audit, publisher
+from backfill_assets.publishing.lock import PUBLISH_POOL
+from backfill_assets.resources.warehouse import Warehouse
+
+PUBLISH = dg.AssetKey(["release", "publish"])
+GROUP = "release"
+ROLLBACK_JOB = "rollback_release"
+
+DESCRIPTIONS = {
+    "raw.payloads": "Published raw payloads: a faithful typed copy of the valid backup lines "
+    "of each received hour.",
+    "raw.quarantine": "Published quarantine: the malformed lines and unreadable files of each "
+    "received hour, with the reason.",
+    "transformed.payloads": "Published transformed payloads: the distinct payloads of each "
+    "received hour with page_url normalized.",
+    "aggregated.sessions": "Published sessions: every session starting in the hour, with "
+    "entry/exit URL, device, counts and a may_be_truncated flag.",
+    "aggregated.client_hourly": "Published per-client metrics of the session hour: sessions, "
+    "payloads, pageviews, bounces, mean/p95 duration.",
+}
+SHADOWS = [
+    raw.SHADOW_PAYLOADS,
+    raw.SHADOW_QUARANTINE,
+    transformed.SHADOW_PAYLOADS,
+    aggregated.SHADOW_SESSIONS,
+    aggregated.SHADOW_CLIENT_HOURLY,
+]
+
+
+def table_key(table: str) -> dg.AssetKey:
+    return dg.AssetKey(table.split("."))
+
+
+published_tables = [
+    dg.AssetSpec(
+        table_key(published),
+        description=DESCRIPTIONS[published],
+        group_name=layer.name,
+        partitions_def=hourly_partitions,
+        deps=[table_key(shadow)],
+        kinds={"spark", "parquet"},
+        metadata={"published_by": PUBLISH.to_user_string()},
+    )
+    for layer in LAYERS.values()
+    for shadow, published in layer.pairs
+]
+
+
+class PublishConfig(dg.Config):
+    """What to publish when ``release/publish`` runs on its own (in a backfill: the
+    backfill's own release, all its layers)."""
+
+    release_id: str = Field(
+        default="", description="the release (backfill id) to publish; empty: see first_hour"
+    )
+    first_hour: str = Field(
+        default="", description="with last_hour: publish the newest release of this range"
+    )
+    last_hour: str = Field(default="", description="last hour (YYYY-MM-DDTHH) of the range")
+    layers: list[str] = Field(
+        default_factory=list, description="layers to publish (default: all the release built)"
+    )
+    allow_shrink: bool = Field(
+        default=False,
+        description="publish candidates with much fewer rows than what they replace",
+    )
+
+
+def resolve_release(spark, config: PublishConfig, run_tags: Mapping[str, str], run_id: str) -> str:
+    """The release a publish run publishes (config, then tags, then the newest of a range)."""
+    if config.release_id:
+        tags.validate_release_id(config.release_id)
+        return config.release_id
+    if config.first_hour or config.last_hour:
+        hours = hour_range(config.first_hour, config.last_hour or config.first_hour)
+        layers = selected_layers(config.layers)
+        found = publisher.releases_of(spark, [layer.checked_table for layer in layers], hours)
+        covering = [r for r in found if set(hours) <= set(r["hours"])]
+        if not covering:
+            raise dg.Failure(
+                description=f"no release rebuilt every hour of {hours[0]}..{hours[-1]} "
+                f"({', '.join(layer.name for layer in layers)}): run a dry run of that "
+                f"range first (backfill-assets backfill --dry-run)",
+                allow_retries=False,
+            )
+        return covering[0]["release_id"]
+    return tags.release_id(run_tags, run_id)
+
+
+def selected_layers(names: Sequence[str]) -> list[publisher.Layer]:
+    unknown = [n for n in names if n not in LAYERS]
+    if unknown:
+        raise dg.Failure(
+            description=f"unknown layer(s) {', '.join(unknown)}; choose from {', '.join(LAYERS)}",
+            allow_retries=False,
+        )
+    return [layer for name, layer in LAYERS.items() if not names or name in names]
+
+
+def partition_events(
+    plan: publisher.ReleasePlan, lineage: Mapping[str, object]
+) -> list[dg.AssetMaterialization]:
+    """One materialization per (published table, hour) that the release published or left
+    unchanged, with the per-hour facts the sensor and the UI read."""
+    events = []
+    for outcome in plan.outcomes:
+        if outcome.status == publisher.HELD_BACK:
+            continue
+        for table, info in outcome.tables.items():
+            events.append(
+                dg.AssetMaterialization(
+                    asset_key=table_key(table),
+                    partition=outcome.hour,
+                    metadata={
+                        **lineage,
+                        "status": outcome.status,
+                        "release_id": plan.release_id,
+                        "shadow_version": outcome.version or "",
+                        **{k: "" if v is None else str(v) for k, v in info.items()},
+                    },
+                )
+            )
+    return events
+
+
+@dg.asset(
+    key=PUBLISH,
+    deps=SHADOWS,
+    group_name=GROUP,
+    pool=PUBLISH_POOL,
+    kinds={"spark"},
+    description="The release's publication: one ledger transaction swapping every checked "
+    "candidate of the release into the published tables (held-back hours keep theirs).",
+)
+def publish_release(
+    context: dg.AssetExecutionContext, config: PublishConfig, warehouse: Warehouse
+) -> dg.MaterializeResult:
+    """Swap the release's checked candidates into the published tables in one transaction."""
+    started = time.monotonic()
+    spark = warehouse.spark
+    run_tags = context.run.tags
+    release = resolve_release(spark, config, run_tags, context.run_id)
+    layers = selected_layers(config.layers)
+    allow_shrink = config.allow_shrink or tags.is_true(run_tags, tags.ALLOW_SHRINK)
+    try:
+        plan = publisher.publish_release(
+            spark,
+            warehouse.warehouse_dir,
+            release,
+            layers,
+            run_id=context.run_id,
+            manifest=tags.run_manifest(run_tags),
+            allow_shrink=allow_shrink,
+        )
+    except publisher.PublishError as exc:
+        hint = (
+            ""
+            if config.release_id or config.first_hour or tags.DAGSTER_BACKFILL in run_tags
+            else " (run alone, release/publish needs config release_id, or first_hour and "
+            "last_hour, naming the dry-run release to publish)"
+        )
+        raise dg.Failure(description=f"{exc}{hint}", allow_retries=False) from None
+    lineage = {**run_lineage(context, "release"), "backfill_id": release}
+    for event in partition_events(plan, lineage):
+        context.log_event(event)
+    counts = {
+        layer.name: {
+            status: sum(o.status == status for o in plan.by_layer(layer.name))
+            for status in (publisher.PUBLISHED, publisher.UNCHANGED, publisher.HELD_BACK)
+        }
+        for layer in layers
+    }
+    for layer, numbers in counts.items():
+        context.log.info(
+            f"release {release} {layer}: {numbers[publisher.PUBLISHED]} hour(s) published, "
+            f"{numbers[publisher.UNCHANGED]} unchanged, {numbers[publisher.HELD_BACK]} held back"
+        )
+    held = {f"{o.layer} {o.hour}": o.reasons for o in plan.held}
+    for key, reasons in sorted(held.items()):
+        context.log.warning(f"{key} held back: {'; '.join(reasons)}")
+    metadata = {
+        "release_id": release,
+        "txn_id": next(
+            (i["txn_id"] for o in plan.outcomes for i in o.tables.values() if i.get("txn_id")),
+            "",
+        ),
+        "layers": json_metadata(counts),
+        "held_back": json_metadata(held),
+        "seconds": round(time.monotonic() - started, 2),
+    }
+    if held:
+        named = sorted(held.items())
+        raise dg.Failure(
+            description=(
+                f"release {release}: {len(held)} hour(s) held back, their published data "
+                f"unchanged: "
+                + "; ".join(f"{key} ({reasons[0][:300]})" for key, reasons in named[:10])
+                + (f"; ... and {len(named) - 10} more" if len(named) > 10 else "")
+            ),
+            metadata=metadata,
+            allow_retries=False,
+        )
+    return dg.MaterializeResult(metadata=metadata)
+
+
+# -------------------------------------------------------------------------------- rollback
+
+
+class RollbackConfig(dg.Config):
+    """Which release to roll back: by id, or the one currently published at an hour."""
+
+    release_id: str = Field(default="", description="the release (backfill id) to roll back")
+    hour: str = Field(default="", description="or: roll back the release published at this hour")
+    layer: str = Field(default="raw", description="the layer whose hour names the release")
+    reason: str = Field(default="", description="why (recorded in the ledger)")
+    ticket: str = Field(default="", description="ticket reference")
+    requested_by: str = Field(default="", description="who asked")
+
+
+def rollback_events(
+    spark, release: str, events: Sequence[dict], lineage: Mapping[str, object]
+) -> list[dg.AssetMaterialization]:
+    """A materialization per (table, hour) in the publish format, saying what is live now."""
+    locations = {e["new_location"] for e in events if e["new_location"]}
+    by_location = {}
+    if locations:
+        from pyspark.sql import functions as F
+
+        rows = (
+            audit.read(spark, audit.SHADOW_PARTITIONS)
+            .where(F.col("location").isin(sorted(locations)))
+            .collect()
+        )
+        by_location = {r["location"]: r.asDict() for r in rows}
+    result = []
+    for e in events:
+        restored = by_location.get(e["new_location"] or "", {})
+        result.append(
+            dg.AssetMaterialization(
+                asset_key=table_key(e["table_name"]),
+                partition=e["hour"],
+                metadata={
+                    **lineage,
+                    "status": "rolled_back" if e["new_location"] else "unpublished",
+                    "rolled_back_release": release,
+                    "release_id": restored.get("release_id") or "",
+                    "shadow_version": restored.get("version") or "",
+                    "row_count": str(restored.get("row_count") or 0),
+                    "checksum": restored.get("checksum") or "",
+                    "code_version": restored.get("code_version") or "",
+                    "previous_location": e["previous_location"] or "",
+                    "new_location": e["new_location"] or "",
+                },
+            )
+        )
+    return result
+
+
+@dg.op(
+    description="Roll back one release in every layer it published, in one transaction.",
+    pool=PUBLISH_POOL,
+)
+def rollback_op(context: dg.OpExecutionContext, config: RollbackConfig, warehouse: Warehouse):
+    spark = warehouse.spark
+    if config.release_id:
+        tags.validate_release_id(config.release_id)
+    manifest = {
+        "reason": config.reason or None,
+        "ticket": config.ticket or None,
+        "requested_by": config.requested_by or context.run.tags.get(tags.REQUESTED_BY),
+        "mode": "rollback",
+    }
+    try:
+        release, events = publisher.rollback_release(
+            spark,
+            warehouse.warehouse_dir,
+            list(LAYERS.values()),
+            release_id=config.release_id or None,
+            hour=config.hour or None,
+            layer=config.layer or None,
+            run_id=context.run_id,
+            manifest=manifest,
+        )
+    except publisher.PublishError as exc:
+        raise dg.Failure(description=str(exc), allow_retries=False) from None
+    lineage = {
+        "run_id": context.run_id,
+        "mode": "rollback",
+        "reason": manifest["reason"] or f"rollback of {release}",
+        "requested_by": manifest["requested_by"] or "",
+        "ticket": manifest["ticket"] or "",
+        "backfill_id": release,
+    }
+    for event in rollback_events(spark, release, events, lineage):
+        context.log_event(event)
+    context.log.info(
+        f"rolled back release {release}: {len(events)} partition(s) in "
+        f"{len({e['table_name'] for e in events})} table(s)"
+    )
+
+
+@dg.job(
+    name=ROLLBACK_JOB,
+    description="Roll back a release (every table and hour it published) in one transaction; "
+    "repeated rollbacks of an hour walk back through the ledger's history.",
+    tags={tags.MODE: "rollback"},
+)
+def rollback_release_job():
+    rollback_op()

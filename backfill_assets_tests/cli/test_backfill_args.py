@@ -1,0 +1,40 @@
+"""Operator mistakes on the command line fail at once with one line, before anything runs."""
+
+import pytest
+
+from backfill_assets.cli.main import main
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--layers", ""], "unknown layer(s) ''"),
+        (["--layers", "raw,bogus"], "unknown layer(s) 'bogus'"),
+        (["--to", "2026-11-20T24"], "invalid hour '2026-11-20T24'"),
+        (["--from", "2026-11-21T00"], "is before"),
+    ],
+)
+def test_bad_arguments_are_refused_with_one_line(argv, message, capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "never-created"))
+    args = {"--from": "2026-11-20T00", "--to": "2026-11-20T05"}
+    for flag, value in zip(argv[::2], argv[1::2], strict=True):
+        args[flag] = value
+    code = main(["backfill", *[x for pair in args.items() for x in pair]])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert len(err.splitlines()) == 1 and message in err, err
+    assert not (tmp_path / "never-created").exists()  # refused before touching anything
+
+
+def test_a_range_over_the_cap_is_refused_before_anything_runs(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "never-created"))
+    monkeypatch.setenv("BACKFILL_MAX_RANGE_HOURS", "48")
+    code = main(["backfill", "--from", "2026-01-01T00", "--to", "2026-11-01T00", "--dry-run"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "7,297 hours, more than the cap of 48" in err and "BACKFILL_MAX_RANGE_HOURS" in err
+    assert not (tmp_path / "never-created").exists()
+    # the cap is per command too
+    assert main(["backfill", "--from", "2026-11-01T00", "--to", "2026-11-03T00",
+                 "--max-hours", "24"]) == 2  # fmt: skip
+    assert "49 hours, more than the cap of 24" in capsys.readouterr().err
