@@ -34,6 +34,11 @@ def _location(value: str) -> str:
     return str(Path(value).expanduser().resolve())
 
 
+def metastore_dir(data_root: str) -> str:
+    """The embedded (Derby) metastore's folder under ``DATA_ROOT``."""
+    return f"{data_root}/metastore_db"
+
+
 @dataclass(frozen=True)
 class Settings:
     backup_root: str
@@ -65,7 +70,7 @@ class Settings:
 
     @property
     def metastore_dir(self) -> str:
-        return f"{self.data_root}/metastore_db"
+        return metastore_dir(self.data_root)
 
     @property
     def reports_dir(self) -> str:

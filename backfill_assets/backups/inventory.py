@@ -12,12 +12,15 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from backfill_assets.backups.contract import MANIFEST_NAME, PART_FILE_SUFFIX
 from backfill_assets.partitions import backup_hour_path, parse_hour
 from backfill_assets.resources.backup_store import BackupStore
 
 _CLIENT_DIR = re.compile(r"^client_id=(\d{1,18})$")
+_DATE_DIR = re.compile(r"^date=(\d{4}-\d{2}-\d{2})$")
+_HOUR_DIR = re.compile(r"^hour=(\d{2})$")
 _PART_FILE = re.compile(r"^part-\d{5}" + re.escape(PART_FILE_SUFFIX) + "$")
 
 
@@ -50,10 +53,13 @@ class HourInventory:
     exists: bool
     folders: list[Folder] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    # Folders beside this hour's that follow no name of the contract (``hour=24``,
+    # ``date=2026-13-01``): their lines could belong here and are read by nobody.
+    stray: list[str] = field(default_factory=list)
 
     @property
     def all_problems(self) -> list[str]:
-        return self.problems + [p for f in self.folders for p in f.problems]
+        return self.problems + self.stray + [p for f in self.folders for p in f.problems]
 
     @property
     def expected_records(self) -> int:
@@ -63,6 +69,45 @@ class HourInventory:
         """Digest of the hour's manifests: changes when a manifest appears or changes."""
         parts = sorted(f"{f.client_id}:{f.manifest_sha256}" for f in self.folders)
         return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+
+
+def date_of_folder(name: str) -> str | None:
+    """``date=YYYY-MM-DD`` (a real calendar date) -> ``YYYY-MM-DD``; None otherwise."""
+    match = _DATE_DIR.match(name)
+    if not match:
+        return None
+    try:
+        datetime.strptime(match.group(1), "%Y-%m-%d")
+    except ValueError:
+        return None
+    return match.group(1)
+
+
+def hour_of_folder(name: str) -> str | None:
+    """``hour=HH`` with HH in 00..23 -> ``HH``; None otherwise (``hour=24``, ``hour=7``)."""
+    match = _HOUR_DIR.match(name)
+    return match.group(1) if match and int(match.group(1)) < 24 else None
+
+
+def stray_folders(store: BackupStore, dates: list[str]) -> tuple[list[str], dict[str, list[str]]]:
+    """Entries of the tree that no hour can be read from, each with what to do:
+    entries of ``raw/`` that are not ``date=YYYY-MM-DD`` folders (every hour's problem),
+    and, per date of ``dates``, entries of ``raw/date=D/`` that are not ``hour=00..23``."""
+    fix = "its files are read by no hour: rename it to the contract's layout or remove it"
+    tree = [
+        f"raw/{entry}: not a date folder (expected date=YYYY-MM-DD, a real date); {fix}"
+        for entry in store.list_dir("raw")
+        if date_of_folder(entry) is None
+    ]
+    per_date = {
+        date: [
+            f"raw/date={date}/{entry}: not an hour folder (expected hour=00..hour=23); {fix}"
+            for entry in store.list_dir(f"raw/date={date}")
+            if hour_of_folder(entry) is None
+        ]
+        for date in dates
+    }
+    return tree, per_date
 
 
 def _read_manifest(
@@ -134,12 +179,24 @@ def _folder(store: BackupStore, hour: str, client_id: int, rel: str) -> Folder:
 
 
 def take_inventory(store: BackupStore, hours: list[str]) -> dict[str, HourInventory]:
-    """Inventory of ``hours`` (validated keys) in the tree of ``store``."""
+    """Inventory of ``hours`` (validated keys) in the tree of ``store``.
+
+    Folders that follow no name of the contract (``stray_folders``) are problems of every
+    hour they could hold lines of: an entry of ``raw/date=D/`` of the hours of D, an entry
+    of ``raw/`` of every hour (its date cannot be told).
+    """
     result: dict[str, HourInventory] = {}
+    tree_stray, date_stray = stray_folders(
+        store, sorted({f"{parse_hour(h):%Y-%m-%d}" for h in hours})
+    )
     for hour in hours:
         hour_rel = f"raw/{backup_hour_path(hour)}"
         entries = store.list_dir(hour_rel)
-        inventory = HourInventory(hour=hour, exists=bool(entries))
+        inventory = HourInventory(
+            hour=hour,
+            exists=bool(entries),
+            stray=tree_stray + date_stray[f"{parse_hour(hour):%Y-%m-%d}"],
+        )
         if not entries:
             inventory.problems.append(
                 f"{hour_rel}: no backup folder for hour {hour} (backup outage?)"

@@ -20,13 +20,15 @@ from backfill_assets.resources.warehouse import Warehouse
 
 def reconcile(inventory, counts: dict, allowed_missing: set[str]) -> dict[str, str]:
     """Failing hours -> reason: every closed folder's manifest records must equal the
-    lines read (valid + quarantined), and no file may be unreadable or the folder open."""
+    lines read (valid + quarantined), no file may be unreadable or the folder open, and
+    no stray folder (``hour=24``...) may sit beside the hour's."""
     failing: dict[str, str] = {}
     for hour, inv in inventory.items():
         reasons = []
         if not inv.exists:
             if hour not in allowed_missing:
                 reasons.append("no backup folder for any client (missing backups)")
+            reasons.extend(inv.stray)  # its lines may sit in a misnamed folder
         else:
             reasons.extend(inv.all_problems)
         for folder in inv.folders:

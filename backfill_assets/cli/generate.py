@@ -68,10 +68,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "<out>/_truth. Same arguments, same bytes."
         ),
     )
-    gen.add_argument(
-        "--out",
-        metavar="PATH",
-        help="backup root to write (default: BACKUP_ROOT, see settings)",
+    target = gen.add_mutually_exclusive_group(required=True)
+    target.add_argument("--out", metavar="PATH", help="the folder to write the tree into")
+    target.add_argument(
+        "--into-backup-root",
+        action="store_true",
+        help="write into the configured BACKUP_ROOT (backups are read-only input: only "
+        "with this flag does the generator write there)",
     )
     gen.add_argument(
         "--start",
@@ -116,7 +119,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     gen.add_argument(
         "--force",
         action="store_true",
-        help="delete <out>/raw, <out>/_held_back and <out>/_truth first",
+        help="delete <out>/raw, <out>/_held_back and <out>/_truth first (only in a tree "
+        "the generator wrote: it marks its trees; a foreign file stops it)",
     )
     gen.set_defaults(handler=run_generate)
 
@@ -126,7 +130,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Move <root>/_held_back/raw/... into <root>/raw/..., part files first and "
         "the manifest last.",
     )
-    land.add_argument("--root", metavar="PATH", help="backup root (default: BACKUP_ROOT)")
+    where = land.add_mutually_exclusive_group(required=True)
+    where.add_argument("--root", metavar="PATH", help="the generated tree to land folders in")
+    where.add_argument(
+        "--into-backup-root",
+        action="store_true",
+        help="land in the configured BACKUP_ROOT (a tree the generator wrote)",
+    )
     land.set_defaults(handler=run_land)
 
 
@@ -134,7 +144,7 @@ def run_generate(args: argparse.Namespace) -> int:
     """Handler of ``generate``."""
     from backfill_assets.generator import GeneratorError, generate_backups
 
-    out = args.out or Settings.from_env().backup_root
+    out = args.out or Settings.from_env().backup_root  # --into-backup-root
     try:
         summary = generate_backups(
             out,
@@ -166,7 +176,7 @@ def run_land(args: argparse.Namespace) -> int:
     """Handler of ``land``."""
     from backfill_assets.generator import GeneratorError, land_held_back
 
-    root = args.root or Settings.from_env().backup_root
+    root = args.root or Settings.from_env().backup_root  # --into-backup-root
     try:
         moved = land_held_back(root)
     except GeneratorError as exc:

@@ -40,6 +40,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _preflight(args: argparse.Namespace) -> None:
+    """Fail in seconds, in one line, on what the command would otherwise meet deep in
+    Spark (paths, permissions, a metastore in use, a missing backup tree)."""
+    from backfill_assets import preflight
+    from backfill_assets.partitions import InvalidHourError, hour_range
+    from backfill_assets.settings import Settings
+
+    needs = preflight.needs_of(args.command, vars(args))
+    if not needs:
+        return
+    try:
+        first, last = getattr(args, "first", None), getattr(args, "last", None)
+        if first and last:
+            hour_range(first, last)  # a bad argument is named before the environment
+        preflight.check(Settings.from_env(), needs)
+    except (preflight.PreflightError, InvalidHourError, ValueError) as exc:
+        raise CommandError(str(exc)) from None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
@@ -48,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         datefmt="%H:%M:%S",
     )
     try:
+        _preflight(args)
         return int(args.handler(args) or 0)
     except CommandError as exc:
         print(f"backfill-assets {args.command}: {exc}", file=sys.stderr)

@@ -1,17 +1,106 @@
-"""``backfill-assets sql``: query the published tables and the ledger (read-only)."""
+"""``backfill-assets sql``: query the published tables and the ledger (read-only).
+
+Read-only by construction: the statement is parsed by Spark's own parser and run only if
+every node of its plan (children, CTE definitions, subqueries, the plan an ``EXPLAIN``
+explains) is on an allow-list of query operators or of metadata reads (``SHOW``,
+``DESCRIBE``). Anything else (an ``INSERT`` hidden behind a ``WITH``, DDL, ``SET``,
+``CACHE``, a SQL script, two statements) is refused before Spark runs anything, and so
+are the functions that call arbitrary Java methods (``reflect``, ``java_method``).
+"""
 
 from __future__ import annotations
 
 import argparse
 import csv
 import json
-import re
 import sys
+from typing import TYPE_CHECKING, Any
 
 from backfill_assets.cli.main import CommandError
 
-_READ_ONLY = re.compile(r"^\s*(select|with|show|describe|desc|explain)\b", re.IGNORECASE)
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
 FORMATS = ("table", "csv", "jsonl")
+_CATALYST = "org.apache.spark.sql.catalyst."
+_LOGICAL_PLAN = f"{_CATALYST}plans.logical.LogicalPlan"
+# Logical-plan operators of a query, as Spark's parser produces them (unresolved).
+QUERY_NODES = frozenset(
+    {
+        "Aggregate",
+        "CTERelationRef",
+        "CurrentNamespace$",
+        "Deduplicate",
+        "Distinct",
+        "Except",
+        "Expand",
+        "Filter",
+        "Generate",
+        "GlobalLimit",
+        "Intersect",
+        "Join",
+        "LateralJoin",
+        "LimitAll",
+        "LocalLimit",
+        "LocalRelation",
+        "Offset",
+        "OneRowRelation",
+        "PipeOperator",
+        "Pivot",
+        "Project",
+        "Range",
+        "RebalancePartitions",
+        "Repartition",
+        "RepartitionByExpression",
+        "Sample",
+        "Sort",
+        "SubqueryAlias",
+        "Tail",
+        "Union",
+        "Unpivot",
+        "UnresolvedHaving",
+        "UnresolvedHint",
+        "UnresolvedInlineTable",
+        "UnresolvedNamespace",
+        "UnresolvedRelation",
+        "UnresolvedSubqueryColumnAliases",
+        "UnresolvedTVFAliases",
+        "UnresolvedTable",
+        "UnresolvedTableOrView",
+        "UnresolvedTableValuedFunction",
+        "UnresolvedFunctionName",
+        "UnresolvedWith",
+        "Window",
+        "WithWindowDefinition",
+    }
+)
+# Metadata reads: they only list or describe what the catalog holds.
+METADATA_NODES = frozenset(
+    {
+        "DescribeColumn",
+        "DescribeFunction",
+        "DescribeNamespace",
+        "DescribeRelation",
+        "ShowColumns",
+        "ShowCreateTable",
+        "ShowFunctions",
+        "ShowNamespaces",
+        "ShowPartitions",
+        "ShowTableProperties",
+        "ShowTables",
+        "ShowTablesExtended",
+        "ShowViews",
+    }
+)
+# Commands whose class lives outside catalyst but that only read.
+_READ_COMMANDS = frozenset(
+    {
+        "org.apache.spark.sql.execution.command.ShowNamespacesCommand",
+        "org.apache.spark.sql.execution.command.ExplainCommand",
+    }
+)
+# Functions that call any static Java method (e.g. Hadoop's FileUtil.chmod on a path).
+DENIED_FUNCTIONS = frozenset({"reflect", "java_method", "try_reflect"})
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -19,11 +108,73 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "sql",
         help="run a read-only Spark SQL query on the tables and the ledger",
         description="Examples: SELECT hour, count(*) FROM raw.payloads GROUP BY hour; "
-        "SELECT * FROM audit.publications ORDER BY recorded_at",
+        "SELECT * FROM audit.publications ORDER BY recorded_at. One statement; queries, "
+        "SHOW, DESCRIBE and EXPLAIN only (anything that writes is refused before it runs).",
     )
-    p.add_argument("query", help="SELECT / WITH / SHOW / DESCRIBE / EXPLAIN statement")
+    p.add_argument("query", help="one SELECT / WITH / SHOW / DESCRIBE / EXPLAIN statement")
     p.add_argument("--format", choices=FORMATS, default="table")
     p.set_defaults(handler=run)
+
+
+def _seq(scala_seq: Any) -> list[Any]:
+    return [scala_seq.apply(i) for i in range(scala_seq.size())]
+
+
+def _functions(expression: Any) -> list[str]:
+    """Names of the (unresolved) functions called anywhere in ``expression``."""
+    names = []
+    if expression.getClass().getSimpleName() == "UnresolvedFunction":
+        names.append(".".join(_seq(expression.nameParts())).lower())
+    for child in _seq(expression.children()):
+        names.extend(_functions(child))
+    return names
+
+
+def _refusal(plan: Any, gateway: Any) -> str | None:
+    """Why ``plan`` (a parsed logical plan, a py4j object) is not read-only, or None."""
+    from py4j.java_gateway import is_instance_of
+
+    cls = plan.getClass()
+    name, simple = cls.getName(), cls.getSimpleName()
+    if name in _READ_COMMANDS:
+        if simple == "ExplainCommand":
+            return _refusal(plan.logicalPlan(), gateway)
+    elif not (name.startswith(_CATALYST) and simple in QUERY_NODES | METADATA_NODES):
+        return f"{simple.rstrip('$')} is not a read-only query"
+    for expression in _seq(plan.expressions()):
+        denied = sorted(set(_functions(expression)) & DENIED_FUNCTIONS)
+        if denied:
+            return f"function {denied[0]}() calls arbitrary Java code"
+    for getter in ("children", "innerChildren", "subqueries"):
+        for child in _seq(getattr(plan, getter)()):
+            if not is_instance_of(gateway, child, _LOGICAL_PLAN):
+                continue  # an inner child that is not a plan (e.g. a schema)
+            reason = _refusal(child, gateway)
+            if reason:
+                return reason
+    return None
+
+
+def check_read_only(spark: SparkSession, statement: str) -> None:
+    """Parse ``statement`` with Spark's parser; CommandError unless it is one read-only
+    statement. Nothing is analysed or run here."""
+    from pyspark.errors import PySparkException
+
+    try:
+        plan = spark._jsparkSession.sessionState().sqlParser().parsePlan(statement)
+    except PySparkException as exc:
+        lines = [line for line in str(exc).splitlines() if line.strip()]
+        first = lines[0].strip() if lines else "cannot parse the statement"
+        raise CommandError(
+            f"not one valid statement ({first}); `sql` runs exactly one read-only statement"
+        ) from None
+    reason = _refusal(plan, spark.sparkContext._gateway)
+    if reason:
+        raise CommandError(
+            f"refused, nothing was run: {reason}. `sql` is read-only (one SELECT / WITH / "
+            f"SHOW / DESCRIBE / EXPLAIN statement); published tables and the ledger change "
+            f"only through backfill, publish and rollback"
+        )
 
 
 def _plain(value: object) -> object:
@@ -33,16 +184,15 @@ def _plain(value: object) -> object:
 
 
 def run(args: argparse.Namespace) -> int:
-    if not _READ_ONLY.match(args.query) or ";" in args.query.strip().rstrip(";"):
-        raise CommandError("only one read-only statement (SELECT, WITH, SHOW, DESCRIBE, EXPLAIN)")
     from pyspark.errors import PySparkException
 
     from backfill_assets.resources.spark import spark_session
     from backfill_assets.settings import Settings
 
     spark = spark_session(Settings.from_env())
+    check_read_only(spark, args.query)
     try:
-        df = spark.sql(args.query.strip().rstrip(";"))
+        df = spark.sql(args.query)
         columns = df.columns
         rows = df.toLocalIterator()
         if args.format == "jsonl":

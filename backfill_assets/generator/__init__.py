@@ -7,12 +7,14 @@ folders; ``sessionize`` and the ``read_truth_*`` readers give the expected answe
 
 from backfill_assets.generator.generate import (
     HELD_BACK_DIR,
+    MARKER_NAME,
     RAW_DIR,
     TRUTH_DIR,
     BackupTreeExistsError,
     GenerationSummary,
     GeneratorError,
     generate_backups,
+    is_generated_tree,
     land_held_back,
     parse_hold_back,
 )
@@ -27,6 +29,7 @@ from backfill_assets.generator.truth import (
 
 __all__ = [
     "HELD_BACK_DIR",
+    "MARKER_NAME",
     "RAW_DIR",
     "SESSION_GAP_MS",
     "TRUTH_DIR",
@@ -34,6 +37,7 @@ __all__ = [
     "GenerationSummary",
     "GeneratorError",
     "generate_backups",
+    "is_generated_tree",
     "land_held_back",
     "parse_hold_back",
     "read_truth_folders",

@@ -65,6 +65,14 @@ STREAM_CHUNK = 1 << 20
 _PARALLEL_THRESHOLD = 50_000
 _HOLD_BACK_SPEC = re.compile(r"^(?P<hour>[^/]+)(?:/(?P<client>\d+))?$")
 _FOLDER = re.compile(r"^date=\d{4}-\d{2}-\d{2}/hour=\d{2}/client_id=\d+$")
+_FOLDER_PREFIX = re.compile(r"^date=\d{4}-\d{2}-\d{2}(/hour=\d{2}(/client_id=\d+)?)?$")
+_PART_NAME = re.compile(r"^part-\d{5}" + re.escape(PART_FILE_SUFFIX) + "$")
+# Written at the root of every generated tree: ``--force`` and ``land`` need it.
+MARKER_NAME = "_GENERATED_BY_BACKFILL_ASSETS"
+MARKER_TEXT = (
+    "This backup tree was written by `backfill-assets generate` (synthetic data).\n"
+    "`generate --force` and `land` act only on trees holding this file.\n"
+)
 
 
 class GeneratorError(ValueError):
@@ -212,8 +220,63 @@ def parse_hold_back(
     return {client: frozenset(hours) for client, hours in held.items()}
 
 
+def is_generated_tree(root: str | os.PathLike[str]) -> bool:
+    """True if ``root`` holds the generator's marker (or, for trees written before the
+    marker existed, the generator's ``_truth/summary.json`` document)."""
+    root_path = Path(root)
+    if (root_path / MARKER_NAME).is_file():
+        return True
+    try:
+        document = json.loads((root_path / TRUTH_DIR / truth.SUMMARY_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(document, dict) and {"summary", "arguments"} <= set(document)
+
+
+def _written_by_generator(path: Path, raw: Path) -> bool:
+    """Whether ``path`` (below a ``raw/`` folder) has a name the generator writes."""
+    if path.is_symlink():
+        return False
+    if path.is_dir():
+        return bool(_FOLDER_PREFIX.match(path.relative_to(raw).as_posix()))
+    folder = path.parent.relative_to(raw).as_posix()
+    return bool(_FOLDER.match(folder)) and (
+        path.name == MANIFEST_NAME or bool(_PART_NAME.match(path.name))
+    )
+
+
+def _foreign_files(root: Path) -> list[Path]:
+    """Files under the generator's folders of ``root`` that the generator does not write."""
+    truth_names = {truth.PAYLOADS_FILE, truth.SESSIONS_FILE, truth.FOLDERS_FILE}
+    truth_names.add(truth.SUMMARY_FILE)
+    foreign = []
+    for raw in (root / RAW_DIR, root / HELD_BACK_DIR / RAW_DIR):
+        if raw.is_symlink() or raw.is_file():
+            foreign.append(raw)
+            continue
+        paths = sorted(raw.rglob("*")) if raw.is_dir() else []
+        foreign.extend(p for p in paths if not _written_by_generator(p, raw))
+    held = root / HELD_BACK_DIR
+    if held.is_dir():
+        foreign.extend(p for p in sorted(held.iterdir()) if p.name != RAW_DIR)
+    elif held.exists():
+        foreign.append(held)
+    truth_dir = root / TRUTH_DIR
+    if truth_dir.is_dir():
+        foreign.extend(p for p in sorted(truth_dir.iterdir()) if p.name not in truth_names)
+    elif truth_dir.exists():
+        foreign.append(truth_dir)
+    return foreign
+
+
 def _prepare_root(root: Path, force: bool) -> None:
-    """Refuse to write over an existing tree; with ``force`` delete only what we write."""
+    """Refuse to write over an existing tree; with ``force`` delete only what we wrote.
+
+    ``force`` deletes ``raw/``, ``_held_back/`` and ``_truth/`` only in a tree the generator
+    marked as its own (``MARKER_NAME`` at the root) and only if every file in them is one
+    the generator writes: a tree written by anyone else, or holding a foreign file, is
+    refused and nothing is deleted.
+    """
     if root.exists() and not root.is_dir():
         raise GeneratorError(f"backup root {root} exists and is not a directory")
     ours = [root / RAW_DIR, root / HELD_BACK_DIR, root / TRUTH_DIR]
@@ -222,7 +285,20 @@ def _prepare_root(root: Path, force: bool) -> None:
         raise BackupTreeExistsError(
             f"{occupied[0]} is not empty: a backup tree is read-only input and is never "
             f"overwritten. Choose another output path, or pass --force (force=True) to delete "
-            f"{', '.join(str(p) for p in ours)} first"
+            f"{', '.join(str(p) for p in ours)} first (only in a tree the generator wrote)"
+        )
+    if occupied and not is_generated_tree(root):
+        raise BackupTreeExistsError(
+            f"{root} was not written by the generator (no {MARKER_NAME}): --force deletes "
+            f"only trees the generator wrote, nothing was deleted. Choose another output path"
+        )
+    foreign = _foreign_files(root) if occupied else []
+    if foreign:
+        more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
+        raise BackupTreeExistsError(
+            f"{foreign[0]}{more} was not written by the generator: --force deletes only "
+            f"what the generator wrote, nothing was deleted. Move it away or choose another "
+            f"output path"
         )
     for path in occupied:
         logger.warning("--force: deleting %s", path)
@@ -231,6 +307,7 @@ def _prepare_root(root: Path, force: bool) -> None:
         else:
             path.unlink()
     root.mkdir(parents=True, exist_ok=True)
+    (root / MARKER_NAME).write_text(MARKER_TEXT)
 
 
 # ------------------------------------------------------------------------------ writing
@@ -542,7 +619,9 @@ def generate_backups(
     written under ``<root>/_held_back/raw`` (see ``land_held_back``). The same arguments
     give a byte-identical tree whatever ``workers`` is. Raises ``GeneratorError`` on bad
     arguments and ``BackupTreeExistsError`` if ``root`` already holds a tree and not
-    ``force`` (which deletes ``raw/``, ``_held_back/`` and ``_truth/`` first).
+    ``force`` (which deletes ``raw/``, ``_held_back/`` and ``_truth/`` first, only in a
+    tree the generator marked as its own and holding no foreign file). The marker
+    ``MARKER_NAME`` is written at the root of every tree.
     """
     began = time.perf_counter()
     if is_uri(os.fspath(root)):
@@ -752,7 +831,7 @@ def land_held_back(root: str | os.PathLike[str]) -> list[str]:
     Part files move first and the manifest last, so a reader never sees a closed folder
     with missing parts. Returns the folders moved (``raw/date=.../hour=../client_id=N``),
     in (date, hour, client) order. Raises ``GeneratorError`` if a destination folder is
-    already closed.
+    already closed or ``root`` is not a tree the generator wrote (``MARKER_NAME``).
     """
     if is_uri(os.fspath(root)):
         raise GeneratorError(f"cannot land folders in {os.fspath(root)}: local paths only")
@@ -760,6 +839,11 @@ def land_held_back(root: str | os.PathLike[str]) -> list[str]:
     held_raw = root_path / HELD_BACK_DIR / RAW_DIR
     if not held_raw.is_dir():
         return []
+    if not is_generated_tree(root_path):
+        raise GeneratorError(
+            f"{root_path} was not written by the generator (no {MARKER_NAME}): land moves "
+            f"folders only in generated trees, nothing was moved"
+        )
     folders = [p for p in held_raw.glob("date=*/hour=*/client_id=*") if p.is_dir()]
     rels = sorted((p.relative_to(held_raw).as_posix() for p in folders), key=_folder_sort_key)
     moved = []

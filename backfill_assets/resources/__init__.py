@@ -6,7 +6,7 @@ from typing import Any
 
 from backfill_assets.resources.backup_store import LocalBackupStore, S3BackupStore
 from backfill_assets.resources.io_managers import ShadowTableIOManager
-from backfill_assets.resources.spark import SparkResource, spark_config
+from backfill_assets.resources.spark import spark_resource
 from backfill_assets.resources.warehouse import Warehouse
 from backfill_assets.settings import Settings
 
@@ -22,7 +22,7 @@ def build_resources(settings: Settings) -> dict[str, Any]:
     local: Spark local mode + embedded metastore, backups on the local file system.
     production: the production Spark profile (cluster, shared metastore), backups on S3.
     """
-    pyspark = SparkResource(spark_config=spark_config(settings))
+    pyspark = spark_resource(settings)
     if settings.environment == "production":
         from dagster_aws.s3 import S3Resource
 

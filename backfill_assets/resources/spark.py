@@ -12,6 +12,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+import dagster as dg
 from dagster_pyspark import LazyPySparkResource
 from pyspark.sql import SparkSession
 
@@ -69,15 +70,32 @@ class SparkResource(LazyPySparkResource):
     """dagster-pyspark's lazy session (started on first use, once per run process).
 
     Python workers run the driver's interpreter (the project's virtualenv) unless
-    ``PYSPARK_PYTHON`` says otherwise, as on a cluster image.
+    ``PYSPARK_PYTHON`` says otherwise, as on a cluster image. Before the session starts,
+    ``data_root`` (when set) is checked by ``preflight.before_spark``: an unwritable
+    ``DATA_ROOT`` or a metastore held by another process fails the run at once with a
+    ``dg.Failure`` naming the cause, before a JVM is started.
     """
+
+    data_root: str | None = None
 
     @property
     def spark_session(self) -> SparkSession:
+        if self._spark_session is None and self.data_root:
+            from backfill_assets import preflight
+
+            try:
+                preflight.before_spark(self.data_root)
+            except preflight.PreflightError as exc:
+                raise dg.Failure(description=str(exc)) from None
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         return super().spark_session
 
 
+def spark_resource(settings: Settings) -> SparkResource:
+    """The Spark resource of ``settings`` (its session is checked before it starts)."""
+    return SparkResource(spark_config=spark_config(settings), data_root=settings.data_root)
+
+
 def spark_session(settings: Settings) -> SparkSession:
     """A session outside Dagster (CLI, tests) with exactly the code location's config."""
-    return SparkResource(spark_config=spark_config(settings)).spark_session
+    return spark_resource(settings).spark_session

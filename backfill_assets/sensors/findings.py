@@ -19,7 +19,8 @@ Reported for a person (a backfill cannot fix them):
 
 - ``missing_hour``: no backup folder for any client and nothing published (an outage; a
   person decides whether the hour really had no traffic: ``--allow-missing-hours``);
-- ``backup_problem``: open folder, unreadable manifest, missing part file...;
+- ``backup_problem``: open folder, unreadable manifest, missing part file, a stray folder
+  that no hour reads (``hour=24``, ``date=2026-13-01``) beside the hour's...;
 - ``backup_gone``: rows published, but the backup folder is now gone or open.
 
 ``plan`` turns the requested findings into the partition ranges to backfill: the affected
@@ -296,7 +297,7 @@ def _backup_findings(
     grace_from = shift_hour(window.newest, -grace_hours + 1) if grace_hours else None
     for hour, inv in sorted(inventory.items()):
         pub = published.get(hour)
-        if not inv.exists:
+        if not inv.exists and not inv.stray:
             if pub is None:
                 findings.append(
                     Finding(

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
-from backfill_assets.backups.inventory import take_inventory
+from backfill_assets.backups.inventory import date_of_folder, hour_of_folder, take_inventory
 from backfill_assets.partitions import InvalidHourError, backup_hour_path, hour_range, parse_hour
 from backfill_assets.partitions import shift_hour as _shift
 from backfill_assets.publishing.publisher import Layer
@@ -40,8 +40,6 @@ from backfill_assets.sensors.findings import (
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-_DATE_DIR = re.compile(r"^date=(\d{4}-\d{2}-\d{2})$")
-_HOUR_DIR = re.compile(r"^hour=(\d{2})$")
 _READ_FILE = re.compile(r"^raw/(date=[^/]+/hour=\d{2})/client_id=(\d+)/([^/]+)$")
 ACTIVE_STATUSES = [
     dg.DagsterRunStatus.QUEUED,
@@ -62,21 +60,23 @@ def asset_key(table: str) -> dg.AssetKey:
 
 
 def _hours_of_date(store: BackupStore, date: str) -> list[str]:
+    """The hour keys of ``raw/date=<date>``'s well-named hour folders (the others are
+    reported by the inventory as stray folders of the date's hours)."""
     hours = []
     for entry in store.list_dir(f"raw/date={date}"):
-        match = _HOUR_DIR.match(entry)
-        if match:
+        hh = hour_of_folder(entry)
+        if hh is not None:
             try:
-                hours.append(f"{date}T{match.group(1)}")
-                parse_hour(hours[-1])
+                parse_hour(f"{date}T{hh}")
             except InvalidHourError:
-                hours.pop()
+                continue
+            hours.append(f"{date}T{hh}")
     return sorted(hours)
 
 
 def backup_bounds(store: BackupStore) -> tuple[str, str] | None:
     """First and newest hour folders of the tree (a few listings), None if it is empty."""
-    dates = sorted(m.group(1) for d in store.list_dir("raw") if (m := _DATE_DIR.match(d)))
+    dates = sorted(d for e in store.list_dir("raw") if (d := date_of_folder(e)))
     earliest = next((hours[0] for d in dates if (hours := _hours_of_date(store, d))), None)
     newest = next((hours[-1] for d in reversed(dates) if (hours := _hours_of_date(store, d))), None)
     return (earliest, newest) if earliest and newest else None

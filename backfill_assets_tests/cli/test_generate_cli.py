@@ -30,14 +30,38 @@ def test_generate_then_land(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert "nothing held back" in capsys.readouterr().out
 
 
-def test_generate_defaults_to_the_configured_backup_root(
+def test_generate_writes_into_backup_root_only_when_told(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("BACKUP_ROOT", str(tmp_path / "configured"))
-    assert main(["generate", *SMALL, "--no-truth"]) == 0
-    assert "backup root:" in capsys.readouterr().out
-    assert any((tmp_path / "configured" / "raw").iterdir())
-    assert not (tmp_path / "configured" / "_truth").exists()
+    """Issue 9 item 6: without --out, generate wrote into BACKUP_ROOT (real backups)."""
+    configured = tmp_path / "configured"
+    monkeypatch.setenv("BACKUP_ROOT", str(configured))
+    for argv in (["generate", *SMALL], ["land"]):
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        assert exit_info.value.code == 2
+        assert "one of the arguments" in capsys.readouterr().err
+    assert not configured.exists()
+
+    assert main(["generate", *SMALL, "--no-truth", "--into-backup-root"]) == 0
+    assert f"backup root: {configured}" in capsys.readouterr().out
+    assert any((configured / "raw").iterdir())
+    assert not (configured / "_truth").exists()
+    assert main(["land", "--into-backup-root"]) == 0
+    assert "nothing held back" in capsys.readouterr().out
+
+
+def test_force_refuses_a_foreign_tree_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "raw" / "date=2026-11-20" / "hour=00" / "client_id=1"
+    folder.mkdir(parents=True)
+    (folder / MANIFEST_NAME).write_text("{}")
+    assert main(["generate", "--out", str(tmp_path), *SMALL, "--force"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert "was not written by the generator" in err and "nothing was deleted" in err
+    assert (folder / MANIFEST_NAME).read_text() == "{}"
 
 
 def test_a_rate_outside_0_1_is_a_usage_error(

@@ -23,6 +23,7 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_reconcile_needs_backups_and_a_whole_range(
     env: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    (env / "backups" / "raw").mkdir(parents=True)  # a tree without hours (see test_preflight)
     assert main(["reconcile"]) == 2
     assert f"no hour folders under {env / 'backups'}/raw" in capsys.readouterr().err
     assert main(["reconcile", "--from", "2026-11-20T00"]) == 2
@@ -34,6 +35,7 @@ def test_reconcile_needs_backups_and_a_whole_range(
 def test_reconcile_names_a_bad_setting(
     env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    (env / "backups" / "raw").mkdir(parents=True)
     monkeypatch.setenv("BACKFILL_MAX_HOURS_PER_TICK", "lots")
     assert main(["reconcile"]) == 2
     assert "BACKFILL_MAX_HOURS_PER_TICK='lots' is not a whole number" in capsys.readouterr().err

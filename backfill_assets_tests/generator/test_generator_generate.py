@@ -21,6 +21,7 @@ from backfill_assets.backups.contract import (
     parse_line,
 )
 from backfill_assets.generator import (
+    MARKER_NAME,
     BackupTreeExistsError,
     GeneratorError,
     generate_backups,
@@ -110,7 +111,7 @@ def parsed(tree: tuple[Path, object]) -> dict:
 
 def test_layout_matches_the_contract(tree: tuple[Path, object]) -> None:
     root, summary = tree
-    assert sorted(p.name for p in root.iterdir()) == ["_truth", "raw"]
+    assert sorted(p.name for p in root.iterdir()) == [MARKER_NAME, "_truth", "raw"]
     rels = folders_of(root)
     assert len(rels) == summary.folders == 6  # 3 hours x 2 clients, all with traffic
     multi_part = 0
@@ -393,6 +394,52 @@ def test_refuses_to_write_into_an_existing_tree(tmp_path: Path) -> None:
     again = tree_digest(tmp_path)
     assert again.pop("README.txt")
     assert again == first
+
+
+def test_force_never_deletes_a_tree_the_generator_did_not_write(tmp_path: Path) -> None:
+    """Issue 9 item 6: --force deleted a foreign backup tree, foreign file included."""
+    from conftest import write_backup_folder, zst
+
+    foreign = tmp_path / "backups"
+    write_backup_folder(foreign, "2026-11-20T00", 1, {"part-00000.jsonl.zst": zst(["{}"])})
+    (foreign / "raw" / "NOTES.txt").write_text("the backup tool's notes")
+    before = tree_digest(foreign)
+    with pytest.raises(BackupTreeExistsError, match=f"no {MARKER_NAME}.*nothing was deleted"):
+        generate_backups(foreign, **SHAPE, force=True)
+    assert tree_digest(foreign) == before
+    assert not (foreign / MARKER_NAME).exists()
+
+
+def test_force_never_deletes_a_foreign_file_inside_a_generated_tree(tmp_path: Path) -> None:
+    generate_backups(tmp_path, **SHAPE)
+    assert (tmp_path / MARKER_NAME).is_file()
+    for rel in (
+        "raw/date=2026-11-20/hour=00/client_id=1/copied-by-hand.jsonl.zst",
+        "raw/date=2026-11-20/hour=00/client_id=x/part-00000.jsonl.zst",
+        "_truth/my-analysis.csv",
+        "_held_back/keep.txt",
+    ):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("not the generator's")
+        before = tree_digest(tmp_path)
+        with pytest.raises(BackupTreeExistsError, match="nothing was deleted") as info:
+            generate_backups(tmp_path, **SHAPE, force=True)
+        named = str(info.value).split(" was not written")[0].split(" (and ")[0]
+        assert named.endswith((rel.split("/")[-1], "client_id=x")), (rel, named)
+        assert tree_digest(tmp_path) == before, rel
+        (tmp_path / rel).unlink()
+        if rel.endswith("part-00000.jsonl.zst"):
+            (tmp_path / rel).parent.rmdir()
+    generate_backups(tmp_path, **SHAPE, force=True)  # only its own files left: allowed
+
+
+def test_land_refuses_a_tree_the_generator_did_not_write(tmp_path: Path) -> None:
+    generate_backups(tmp_path, **{**SHAPE, "hold_back": ["2026-11-20T01/1"]})
+    (tmp_path / MARKER_NAME).unlink()
+    (tmp_path / "_truth" / "summary.json").unlink()
+    with pytest.raises(GeneratorError, match=f"no {MARKER_NAME}.*nothing was moved"):
+        land_held_back(tmp_path)
+    assert (tmp_path / "_held_back/raw/date=2026-11-20/hour=01/client_id=1").is_dir()
 
 
 def test_without_truth(tmp_path: Path) -> None:
