@@ -35,11 +35,14 @@ DAGSTER = "dagster"  # DAGSTER_HOME writable
 BACKUPS = "backups"  # BACKUP_ROOT exists with raw/
 
 # What each subcommand needs before it starts (commands not listed need nothing).
+# backfill, publish and rollback submit to Dagster and wait: their runs queue behind a run
+# holding the metastore (each run checks it when its session starts), so they only need
+# the locations to be usable.
 COMMAND_NEEDS: dict[str, frozenset[str]] = {
-    "backfill": frozenset({METASTORE, DAGSTER, BACKUPS}),
-    "publish": frozenset({METASTORE, DAGSTER}),
+    "backfill": frozenset({DATA, DAGSTER, BACKUPS}),
+    "publish": frozenset({DATA, DAGSTER}),
     "sql": frozenset({METASTORE}),
-    "rollback": frozenset({METASTORE}),
+    "rollback": frozenset({DATA, DAGSTER}),
     "verify": frozenset({METASTORE}),
     "halfcut": frozenset({METASTORE}),
     "reconcile": frozenset({DAGSTER, BACKUPS}),
