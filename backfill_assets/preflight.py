@@ -122,18 +122,23 @@ def _command_line(pid: int) -> str:
     return text if len(text) <= 100 else text[:97] + "..."
 
 
+_PF_EXITING = 0x4  # /proc/<pid>/stat flags: the process is exiting
+
+
 def _await_exit_if_killed(pid: int, timeout: float = 30.0) -> bool:
-    """If ``pid`` has a SIGKILL pending (it is being killed), wait for it to exit; True
-    once it has. A process that is not being killed is not waited for."""
+    """If ``pid`` is being killed (SIGKILL pending) or already exiting (the kernel drops
+    its locks only after unmapping its memory, which takes a while for a JVM), wait for
+    it to exit; True once it has. A process that is not dying is not waited for."""
     try:
         status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
+        flags = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[6])
+    except (OSError, ValueError, IndexError):
         return True  # already gone
     pending = 0
     for line in status.splitlines():
         if line.startswith(("SigPnd:", "ShdPnd:")):
             pending |= int(line.split()[1], 16)
-    if not pending & (1 << (signal.SIGKILL - 1)):
+    if not (pending & (1 << (signal.SIGKILL - 1)) or flags & _PF_EXITING):
         return False
     try:
         exited = os.pidfd_open(pid)
