@@ -14,14 +14,20 @@ waiting for the other run's swap costs seconds, and a coarse lock cannot deadloc
 re-entrant: code holding it must not take it again (the second take would time out naming
 its own run).
 
-Production equivalent: with ``DATA_ROOT`` on object storage and runs in separate pods a
-file lock means nothing. There, (1) the run coordinator's tag concurrency limit
-(``deploy/dagster.production.yaml``: one run per value of ``backfill_assets/layer``) keeps
-two runs of a layer from running at all, and (2) the same critical section takes a lock in
-the shared database, e.g. a PostgreSQL advisory lock on the Hive metastore's database:
-``SELECT pg_advisory_lock(hashtext('backfill_assets/publish/<layer>'))`` (released with
-the session, so also crash-safe), or a Dagster concurrency pool on the publish step. For a
-``DATA_ROOT`` that is a URI this module therefore takes no lock and says so in the log.
+Across machines (runs in separate pods, ``DATA_ROOT`` on object storage) a file lock
+means nothing, so when a shared database is configured the same critical section takes a
+PostgreSQL advisory lock there instead: ``pg_try_advisory_lock(hashtext(
+'backfill_assets/publish/<layer>'))`` on a connection held for the body, released with the
+session, so a crashed holder never leaves it behind. The database is
+``BACKFILL_PUBLISH_LOCK_URL``, else Dagster's own (``DAGSTER_POSTGRES_URL``), which every run
+pod has; the holder's run id, pid, host and start time are kept in
+``backfill_publish_locks`` so a waiter names whom it waits for, as locally. A ``DATA_ROOT``
+that is a URI with no such database is refused (no silent unfenced publish).
+
+On top of that, Dagster fences the publish steps themselves: they run in the concurrency
+pool ``PUBLISH_POOL`` whose limit is 1 in ``deploy/dagster.yaml`` and
+``deploy/dagster.production.yaml`` (``concurrency: pools: default_limit: 1``, op
+granularity), so a second run's publish step waits in Dagster before it starts Spark work.
 """
 
 from __future__ import annotations
@@ -44,6 +50,11 @@ from backfill_assets.settings import is_uri
 
 log = logging.getLogger(__name__)
 
+# The Dagster concurrency pool of every publish step (limit 1 in the instance configs).
+PUBLISH_POOL = "publish"
+LOCK_URL_ENV = "BACKFILL_PUBLISH_LOCK_URL"
+DAGSTER_POSTGRES_URL_ENV = "DAGSTER_POSTGRES_URL"
+LOCK_TABLE = "backfill_publish_locks"
 TIMEOUT_ENV = "BACKFILL_LOCK_TIMEOUT_SECONDS"
 DEFAULT_TIMEOUT_SECONDS = 900.0
 POLL_SECONDS = 0.2
@@ -53,6 +64,22 @@ _LAYER = re.compile(r"^[a-z][a-z0-9_]{0,63}$")  # as tables.identifier (kept imp
 
 class PublishLockTimeout(RuntimeError):
     """Another run held the layer's publish lock for longer than the timeout."""
+
+
+class PublishLockUnavailable(RuntimeError):
+    """No lock can fence this publish (a URI ``DATA_ROOT`` and no shared database)."""
+
+
+def lock_database_url(env: dict[str, str] | None = None) -> str | None:
+    """The PostgreSQL database holding publish locks, if one is configured."""
+    env = dict(os.environ) if env is None else env
+    return env.get(LOCK_URL_ENV) or env.get(DAGSTER_POSTGRES_URL_ENV) or None
+
+
+def libpq_url(url: str) -> str:
+    """A SQLAlchemy URL (``postgresql+psycopg2://``) as libpq takes it (``postgresql://``)."""
+    scheme, sep, rest = url.partition("://")
+    return f"{scheme.split('+', 1)[0]}{sep}{rest}"
 
 
 def locks_dir(warehouse_dir: str) -> Path:
@@ -101,6 +128,46 @@ def describe_holder(holder: dict) -> str:
     )
 
 
+def _wait_for(
+    layer: str,
+    try_acquire: Callable[[], bool],
+    holder_info: Callable[[], dict],
+    where: str,
+    limit: float,
+    on_wait: Callable[[str], None] | None,
+) -> None:
+    """Poll ``try_acquire`` until it succeeds; name the holder once; time out naming it."""
+    started = time.monotonic()
+    announced = False
+    while not try_acquire():
+        waited = time.monotonic() - started
+        other = describe_holder(holder_info())
+        if waited >= limit:
+            raise PublishLockTimeout(
+                f"layer {layer!r} is being published by {other}; gave up after "
+                f"waiting {waited:.0f}s for {where}. Two backfills of the same layer "
+                f"never publish at once: let that run finish (see it in the Dagster "
+                f"UI), then retry; {TIMEOUT_ENV} sets how long to wait."
+            )
+        if not announced:
+            announced = True
+            message = f"waiting for the publish lock of layer {layer!r} held by {other}"
+            log.warning(message)
+            if on_wait:
+                on_wait(message)
+        time.sleep(POLL_SECONDS)
+
+
+def _holder_info(holder: str, layer: str) -> dict:
+    return {
+        "holder": holder,
+        "layer": layer,
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "since": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+
+
 @contextmanager
 def publish_lock(
     warehouse_dir: str,
@@ -109,66 +176,116 @@ def publish_lock(
     *,
     timeout: float | None = None,
     on_wait: Callable[[str], None] | None = None,
-) -> Iterator[Path | None]:
+) -> Iterator[Path | str]:
     """Hold the exclusive publish lock of ``layer`` for the body of the ``with``.
 
     Waits up to ``timeout`` seconds (default ``BACKFILL_LOCK_TIMEOUT_SECONDS``) while
     another process holds it, calling ``on_wait(message)`` once when it starts waiting,
-    then raises ``PublishLockTimeout`` naming the layer and the holder's run id.
+    then raises ``PublishLockTimeout`` naming the layer and the holder's run id. Yields
+    where the lock lives (the lock file, or the database lock's key).
     """
-    if is_uri(warehouse_dir):
-        log.info(
-            "publish lock of %s: DATA_ROOT is %s, no local lock taken (production "
-            "serializes publishes per layer through the run queue)",
-            layer,
-            warehouse_dir,
-        )
-        yield None
-        return
-    path = lock_path(warehouse_dir, layer)
+    if not _LAYER.match(layer):
+        raise ValueError(f"invalid layer name {layer!r} for a lock")
     limit = default_timeout() if timeout is None else timeout
+    url = lock_database_url()
+    if url:
+        with database_lock(url, layer, holder, limit, on_wait) as key:
+            yield key
+        return
+    if is_uri(warehouse_dir):
+        raise PublishLockUnavailable(
+            f"cannot fence the publish of layer {layer!r}: DATA_ROOT is {warehouse_dir!r} "
+            f"(object storage, shared by many machines) and no database for the publish lock "
+            f"is configured; set {LOCK_URL_ENV} or {DAGSTER_POSTGRES_URL_ENV} "
+            f"(postgresql+psycopg2://...)"
+        )
+    with file_lock(warehouse_dir, layer, holder, limit, on_wait) as path:
+        yield path
+
+
+@contextmanager
+def file_lock(
+    warehouse_dir: str,
+    layer: str,
+    holder: str,
+    limit: float,
+    on_wait: Callable[[str], None] | None = None,
+) -> Iterator[Path]:
+    """``fcntl.flock`` on ``<DATA_ROOT>/locks/publish-<layer>.lock`` (one machine)."""
+    path = lock_path(warehouse_dir, layer)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+
+    def try_acquire() -> bool:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+
     try:
-        started = time.monotonic()
-        announced = False
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                waited = time.monotonic() - started
-                other = describe_holder(read_holder(path))
-                if waited >= limit:
-                    raise PublishLockTimeout(
-                        f"layer {layer!r} is being published by {other}; gave up after "
-                        f"waiting {waited:.0f}s for {path}. Two backfills of the same layer "
-                        f"never publish at once: let that run finish (see it in the Dagster "
-                        f"UI), then retry; {TIMEOUT_ENV} sets how long to wait."
-                    ) from None
-                if not announced:
-                    announced = True
-                    message = f"waiting for the publish lock of layer {layer!r} held by {other}"
-                    log.warning(message)
-                    if on_wait:
-                        on_wait(message)
-                time.sleep(POLL_SECONDS)
-        since = datetime.now(UTC).isoformat(timespec="seconds")
-        info = {
-            "holder": holder,
-            "layer": layer,
-            "pid": os.getpid(),
-            "host": socket.gethostname(),
-            "since": since,
-        }
+        _wait_for(layer, try_acquire, lambda: read_holder(path), str(path), limit, on_wait)
         os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(info).encode(), 0)
+        os.pwrite(fd, json.dumps(_holder_info(holder, layer)).encode(), 0)
         try:
             yield path
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+@contextmanager
+def database_lock(
+    url: str,
+    layer: str,
+    holder: str,
+    limit: float,
+    on_wait: Callable[[str], None] | None = None,
+) -> Iterator[str]:
+    """A PostgreSQL session advisory lock per layer (every machine sharing the database)."""
+    import psycopg2
+
+    key = f"backfill_assets/publish/{layer}"
+    conn = psycopg2.connect(libpq_url(url), application_name=f"backfill_assets publish {layer}")
+    try:
+        with conn, conn.cursor() as cur:  # one transaction: DDL serialized by a lock
+            cur.execute("SELECT pg_advisory_xact_lock(hashtext('backfill_assets/publish/ddl'))")
+            cur.execute(
+                f"CREATE TABLE IF NOT EXISTS {LOCK_TABLE} (layer text PRIMARY KEY, "
+                "holder text, pid integer, host text, since text, backend_pid integer)"
+            )
+        conn.autocommit = True
+        cur = conn.cursor()
+
+        def try_acquire() -> bool:
+            cur.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (key,))
+            return bool(cur.fetchone()[0])
+
+        def holder_info() -> dict:
+            cur.execute(
+                f"SELECT holder, layer, pid, host, since FROM {LOCK_TABLE} WHERE layer = %s",
+                (layer,),
+            )
+            row = cur.fetchone()
+            names = ("holder", "layer", "pid", "host", "since")
+            return dict(zip(names, row, strict=True)) if row else {}
+
+        _wait_for(layer, try_acquire, holder_info, f"database lock {key!r}", limit, on_wait)
+        info = _holder_info(holder, layer)
+        cur.execute(
+            f"INSERT INTO {LOCK_TABLE} (layer, holder, pid, host, since, backend_pid) "
+            "VALUES (%s, %s, %s, %s, %s, pg_backend_pid()) ON CONFLICT (layer) DO UPDATE SET "
+            "holder = EXCLUDED.holder, pid = EXCLUDED.pid, host = EXCLUDED.host, "
+            "since = EXCLUDED.since, backend_pid = EXCLUDED.backend_pid",
+            (layer, info["holder"], info["pid"], info["host"], info["since"]),
+        )
+        try:
+            yield key
+        finally:
+            cur.execute("SELECT pg_advisory_unlock(hashtext(%s))", (key,))
+    finally:
+        conn.close()
 
 
 def holding_publish_lock(fn: Callable[..., T]) -> Callable[..., T]:

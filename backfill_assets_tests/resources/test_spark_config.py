@@ -24,6 +24,7 @@ PRODUCTION_VARIABLES = (
     "SPARK_IMAGE",
     "SPARK_NAMESPACE",
     "SPARK_SERVICE_ACCOUNT",
+    "SPARK_DRIVER_POD_NAME",
     "HIVE_METASTORE_URIS",
 )
 
@@ -52,7 +53,8 @@ def test_production_profile_needs_its_variables(tmp_path: Path):
     conf = spark_config(settings, env=env)
     assert conf["spark.master"] == "k8s://https://kubernetes.default"
     assert "spark.hadoop.javax.jdo.option.ConnectionURL" not in conf
-    assert conf["spark.sql.warehouse.dir"] == "s3://bucket/data/warehouse"
+    # Configured as s3://, written by Spark through S3A.
+    assert conf["spark.sql.warehouse.dir"] == "s3a://bucket/data/warehouse"
 
 
 def test_malformed_conf_line_is_named(tmp_path: Path):
