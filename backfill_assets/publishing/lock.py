@@ -90,10 +90,10 @@ def locks_dir(warehouse_dir: str) -> Path:
     return Path(local).parent / "locks"
 
 
-def lock_path(warehouse_dir: str, layer: str) -> Path:
+def lock_path(warehouse_dir: str, layer: str, kind: str = "publish") -> Path:
     if not _LAYER.match(layer):
         raise ValueError(f"invalid layer name {layer!r} for a lock file")
-    return locks_dir(warehouse_dir) / f"publish-{layer}.lock"
+    return locks_dir(warehouse_dir) / f"{kind}-{layer}.lock"
 
 
 def default_timeout() -> float:
@@ -129,7 +129,7 @@ def describe_holder(holder: dict) -> str:
 
 
 def _wait_for(
-    layer: str,
+    what: tuple[str, str],
     try_acquire: Callable[[], bool],
     holder_info: Callable[[], dict],
     where: str,
@@ -144,18 +144,25 @@ def _wait_for(
         other = describe_holder(holder_info())
         if waited >= limit:
             raise PublishLockTimeout(
-                f"layer {layer!r} is being published by {other}; gave up after "
+                f"{what[1]} by {other}; gave up after "
                 f"waiting {waited:.0f}s for {where}. Two backfills of the same layer "
                 f"never publish at once: let that run finish (see it in the Dagster "
                 f"UI), then retry; {TIMEOUT_ENV} sets how long to wait."
             )
         if not announced:
             announced = True
-            message = f"waiting for the publish lock of layer {layer!r} held by {other}"
+            message = f"waiting for the {what[0]} held by {other}"
             log.warning(message)
             if on_wait:
                 on_wait(message)
         time.sleep(POLL_SECONDS)
+
+
+def _what(kind: str, name: str) -> tuple[str, str]:
+    """(the lock, what its holder does), for messages."""
+    if kind == "publish":
+        return f"publish lock of layer {name!r}", f"layer {name!r} is being published"
+    return f"{kind} lock of {name!r}", f"{name!r} is being written ({kind})"
 
 
 def _holder_info(holder: str, layer: str) -> dict:
@@ -176,6 +183,7 @@ def publish_lock(
     *,
     timeout: float | None = None,
     on_wait: Callable[[str], None] | None = None,
+    kind: str = "publish",
 ) -> Iterator[Path | str]:
     """Hold the exclusive publish lock of ``layer`` for the body of the ``with``.
 
@@ -189,7 +197,7 @@ def publish_lock(
     limit = default_timeout() if timeout is None else timeout
     url = lock_database_url()
     if url:
-        with database_lock(url, layer, holder, limit, on_wait) as key:
+        with database_lock(url, layer, holder, limit, on_wait, kind=kind) as key:
             yield key
         return
     if is_uri(warehouse_dir):
@@ -199,7 +207,7 @@ def publish_lock(
             f"is configured; set {LOCK_URL_ENV} or {DAGSTER_POSTGRES_URL_ENV} "
             f"(postgresql+psycopg2://...)"
         )
-    with file_lock(warehouse_dir, layer, holder, limit, on_wait) as path:
+    with file_lock(warehouse_dir, layer, holder, limit, on_wait, kind=kind) as path:
         yield path
 
 
@@ -210,9 +218,11 @@ def file_lock(
     holder: str,
     limit: float,
     on_wait: Callable[[str], None] | None = None,
+    *,
+    kind: str = "publish",
 ) -> Iterator[Path]:
-    """``fcntl.flock`` on ``<DATA_ROOT>/locks/publish-<layer>.lock`` (one machine)."""
-    path = lock_path(warehouse_dir, layer)
+    """``fcntl.flock`` on ``<DATA_ROOT>/locks/<kind>-<layer>.lock`` (one machine)."""
+    path = lock_path(warehouse_dir, layer, kind)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
 
@@ -224,7 +234,9 @@ def file_lock(
         return True
 
     try:
-        _wait_for(layer, try_acquire, lambda: read_holder(path), str(path), limit, on_wait)
+        _wait_for(
+            _what(kind, layer), try_acquire, lambda: read_holder(path), str(path), limit, on_wait
+        )
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(_holder_info(holder, layer)).encode(), 0)
         try:
@@ -242,12 +254,14 @@ def database_lock(
     holder: str,
     limit: float,
     on_wait: Callable[[str], None] | None = None,
+    *,
+    kind: str = "publish",
 ) -> Iterator[str]:
     """A PostgreSQL session advisory lock per layer (every machine sharing the database)."""
     import psycopg2
 
-    key = f"backfill_assets/publish/{layer}"
-    conn = psycopg2.connect(libpq_url(url), application_name=f"backfill_assets publish {layer}")
+    key = f"backfill_assets/{kind}/{layer}"
+    conn = psycopg2.connect(libpq_url(url), application_name=f"backfill_assets {kind} {layer}")
     try:
         with conn, conn.cursor() as cur:  # one transaction: DDL serialized by a lock
             cur.execute("SELECT pg_advisory_xact_lock(hashtext('backfill_assets/publish/ddl'))")
@@ -265,20 +279,22 @@ def database_lock(
         def holder_info() -> dict:
             cur.execute(
                 f"SELECT holder, layer, pid, host, since FROM {LOCK_TABLE} WHERE layer = %s",
-                (layer,),
+                (key,),
             )
             row = cur.fetchone()
             names = ("holder", "layer", "pid", "host", "since")
             return dict(zip(names, row, strict=True)) if row else {}
 
-        _wait_for(layer, try_acquire, holder_info, f"database lock {key!r}", limit, on_wait)
+        _wait_for(
+            _what(kind, layer), try_acquire, holder_info, f"database lock {key!r}", limit, on_wait
+        )
         info = _holder_info(holder, layer)
         cur.execute(
             f"INSERT INTO {LOCK_TABLE} (layer, holder, pid, host, since, backend_pid) "
             "VALUES (%s, %s, %s, %s, %s, pg_backend_pid()) ON CONFLICT (layer) DO UPDATE SET "
             "holder = EXCLUDED.holder, pid = EXCLUDED.pid, host = EXCLUDED.host, "
             "since = EXCLUDED.since, backend_pid = EXCLUDED.backend_pid",
-            (layer, info["holder"], info["pid"], info["host"], info["since"]),
+            (key, info["holder"], info["pid"], info["host"], info["since"]),
         )
         try:
             yield key
@@ -300,3 +316,16 @@ def holding_publish_lock(fn: Callable[..., T]) -> Callable[..., T]:
             return fn(spark, warehouse_dir, layer, *args, run_id=run_id, **kwargs)
 
     return locked
+
+
+@contextmanager
+def append_lock(warehouse_dir: str, table: str) -> Iterator[Path | str]:
+    """Serialize appends to one shared table (``audit.*``) across Spark drivers.
+
+    Hadoop's ``FileOutputCommitter`` stages every job of a table in the same
+    ``<table>/_temporary/0`` and deletes it when a job commits, so two drivers appending to
+    one table at once break each other. Appends are one small job each: waiting is short.
+    """
+    name = table.replace(".", "_")
+    with publish_lock(warehouse_dir, name, holder=f"pid {os.getpid()}", kind="append") as where:
+        yield where

@@ -10,7 +10,9 @@ own process group; the finalizers stop them all, also when a fixture or a test f
 
 from __future__ import annotations
 
+import atexit
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -47,14 +49,23 @@ class Stack:
     postgres_url: str
 
 
+def _terminate(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 @pytest.fixture(scope="session")
 def processes() -> Iterator[servers.Processes]:
     """Every server the stack starts; all stopped by PID (process group) at the end."""
     started = servers.Processes()
+    # Also when pytest itself is terminated (SIGTERM) or exits without tearing down.
+    atexit.register(started.stop_all)
+    previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         yield started
     finally:
         started.stop_all()
+        signal.signal(signal.SIGTERM, previous)
+        atexit.unregister(started.stop_all)
 
 
 @pytest.fixture(scope="session")
@@ -78,17 +89,21 @@ def _instance_config(home: Path) -> None:
     (home / "dagster.yaml").write_text(yaml.safe_dump(config))
 
 
-def _wait_for_daemon(home: Path, daemon: servers.Server, processes: servers.Processes) -> None:
-    import dagster as dg
+def _wait_for_daemon(url: str, daemon: servers.Server, processes: servers.Processes) -> None:
+    """Until the daemon's heartbeats are in the instance's database."""
+    import psycopg2
 
-    with dg.DagsterInstance.from_config(str(home)) as instance:
-        processes.wait_until(
-            daemon,
-            lambda: bool(instance.get_daemon_heartbeats()),
-            what="daemon heartbeat",
-            timeout=240,
-            poll=1.0,
-        )
+    from backfill_assets.publishing.lock import libpq_url
+
+    def beating() -> bool:
+        with psycopg2.connect(libpq_url(url)) as conn, conn.cursor() as cur:
+            cur.execute("SELECT to_regclass('daemon_heartbeats') IS NOT NULL")
+            if not cur.fetchone()[0]:
+                return False
+            cur.execute("SELECT count(*) FROM daemon_heartbeats")
+            return cur.fetchone()[0] > 0
+
+    processes.wait_until(daemon, beating, what="daemon heartbeat", timeout=240, poll=1.0)
 
 
 @pytest.fixture(scope="session")
@@ -194,5 +209,5 @@ def stack(
         env=env,
         cwd=PROJECT_ROOT,
     )
-    _wait_for_daemon(home, daemon, processes)
+    _wait_for_daemon(env["DAGSTER_POSTGRES_URL"], daemon, processes)
     return Stack(env, backups, data_root, home, logs, postgres_url)

@@ -1,6 +1,6 @@
 """A Hive metastore service (Thrift) on Postgres, bound to 127.0.0.1 only.
 
-``python -m backfill_assets_tests.stack.metastore_server --port P --jdbc-url URL
+``python metastore_server.py --port P --jdbc-url URL
 --jdbc-jar JAR --warehouse DIR`` serves the metastore of the pyspark wheel's Hive jars
 until it is killed. ``HiveMetaStore -p`` binds every interface and has no bind-address
 setting in Hive 2.3, so this builds the same Thrift server (handler, processor, thread

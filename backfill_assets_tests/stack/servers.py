@@ -53,6 +53,7 @@ class Server:
     name: str
     process: subprocess.Popen
     log: Path
+    cleanup: Path | None = None  # a temporary directory removed once it is stopped
 
     @property
     def pid(self) -> int:
@@ -133,6 +134,8 @@ class Processes:
         # Children that outlived the leader (e.g. Spark executors of a worker).
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(server.pid, signal.SIGKILL)
+        if server.cleanup:
+            shutil.rmtree(server.cleanup, ignore_errors=True)
 
     def stop_all(self) -> None:
         while self.servers:
@@ -220,7 +223,7 @@ def start_postgres(processes: Processes, logs: Path, databases: Sequence[str]) -
         user=user,
         cwd=root,
     )
-    server.cleanup = root  # type: ignore[attr-defined]
+    server.cleanup = root
     processes.wait_port(server, port, timeout=60)
     conn = psycopg2.connect(host=HOST, port=port, user="postgres", dbname="postgres")
     conn.autocommit = True
@@ -315,7 +318,7 @@ def create_metastore_schema(jdbc_url: str, workdir: Path, log: Path) -> None:
 def start_metastore(
     processes: Processes, logs: Path, jdbc_url: str, warehouse: str, env: Mapping[str, str]
 ) -> str:
-    """The Hive metastore service (``stack.metastore_server``); returns its thrift URI."""
+    """The Hive metastore service (``metastore_server.py``); returns its thrift URI."""
     import sys
 
     port = free_port()
@@ -323,8 +326,7 @@ def start_metastore(
         "hive-metastore",
         [
             sys.executable,
-            "-m",
-            "backfill_assets_tests.stack.metastore_server",
+            str(Path(__file__).with_name("metastore_server.py")),
             "--port",
             str(port),
             "--jdbc-url",
