@@ -327,5 +327,6 @@ def append_lock(warehouse_dir: str, table: str) -> Iterator[Path | str]:
     one table at once break each other. Appends are one small job each: waiting is short.
     """
     name = table.replace(".", "_")
-    with publish_lock(warehouse_dir, name, holder=f"pid {os.getpid()}", kind="append") as where:
+    holder = f"backfill_assets-{os.getpid()}"
+    with publish_lock(warehouse_dir, name, holder=holder, kind="append") as where:
         yield where

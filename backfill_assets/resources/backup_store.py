@@ -19,6 +19,7 @@ from typing import Any
 
 import dagster as dg
 from dagster_aws.s3 import S3Resource
+from pydantic import PrivateAttr
 
 FILES_SCHEMA = "path string, content binary"
 # Files fetched per Spark task: small enough to spread a range over the executors.
@@ -73,6 +74,13 @@ class S3BackupStore(BackupStore):
     """
 
     s3: dg.ResourceDependency[S3Resource]
+    _client: Any = PrivateAttr(default=None)
+
+    def client(self) -> Any:
+        """One boto3 client per store (creating one costs more than a listing)."""
+        if self._client is None:
+            self._client = self.s3.get_client()
+        return self._client
 
     def _bucket_key(self, rel: str) -> tuple[str, str]:
         without_scheme = self.root.split("://", 1)[1]
@@ -84,7 +92,7 @@ class S3BackupStore(BackupStore):
         bucket, key = self._bucket_key(rel)
         prefix = f"{key}/" if key else ""
         names: set[str] = set()
-        paginator = self.s3.get_client().get_paginator("list_objects_v2")
+        paginator = self.client().get_paginator("list_objects_v2")
         for page in paginator.paginate(Bucket=bucket, Prefix=prefix, Delimiter="/"):
             names.update(
                 p["Prefix"][len(prefix) :].rstrip("/") for p in page.get("CommonPrefixes", [])
@@ -94,7 +102,7 @@ class S3BackupStore(BackupStore):
 
     def read_bytes(self, rel: str) -> bytes:
         bucket, key = self._bucket_key(rel)
-        return self.s3.get_client().get_object(Bucket=bucket, Key=key)["Body"].read()
+        return self.client().get_object(Bucket=bucket, Key=key)["Body"].read()
 
     def spark_path(self, rel: str) -> str:
         bucket, key = self._bucket_key(rel)
@@ -134,7 +142,7 @@ def _s3_fetcher(endpoint: str | None, region: str | None):
         for batch in batches:
             paths, contents = [], []
             for key in batch.column("key").to_pylist():
-                with s3.open_input_stream(key) as stream:
+                with s3.open_input_stream(key, compression=None) as stream:  # bytes as stored
                     contents.append(stream.read())
                 paths.append(f"s3://{key}")
             yield pa.RecordBatch.from_arrays(

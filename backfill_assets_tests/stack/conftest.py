@@ -107,9 +107,16 @@ def _wait_for_daemon(url: str, daemon: servers.Server, processes: servers.Proces
 
 
 @pytest.fixture(scope="session")
+def s3_endpoint(processes: servers.Processes, stack_logs: Path) -> str:
+    """An S3 API (moto) on 127.0.0.1; credentials ``AWS``."""
+    return servers.start_s3(processes, stack_logs, {**os.environ, **AWS})
+
+
+@pytest.fixture(scope="session")
 def stack(
     processes: servers.Processes,
     postgres_url: str,
+    s3_endpoint: str,
     stack_logs: Path,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Stack:
@@ -143,7 +150,7 @@ def stack(
         stderr=subprocess.STDOUT,
     )
     try:
-        s3 = servers.start_s3(processes, logs, base)
+        s3 = s3_endpoint
         client = servers.s3_client(s3, AWS)
         backups = root / "backups"
         generate_backups(
