@@ -224,7 +224,15 @@ def start_postgres(processes: Processes, logs: Path, databases: Sequence[str]) -
         cwd=root,
     )
     server.cleanup = root
-    processes.wait_port(server, port, timeout=60)
+
+    def accepting() -> bool:  # the port opens before recovery ends ("starting up")
+        try:
+            psycopg2.connect(host=HOST, port=port, user="postgres", dbname="postgres").close()
+        except psycopg2.OperationalError:
+            return False
+        return True
+
+    processes.wait_until(server, accepting, what="connections accepted", timeout=60)
     conn = psycopg2.connect(host=HOST, port=port, user="postgres", dbname="postgres")
     conn.autocommit = True
     with conn.cursor() as cur:
