@@ -30,7 +30,7 @@ BUCKET = "backups"
 PREFIX = "tree"
 LOG_BUCKET = "dagster-logs"
 START = "2026-11-20T00"
-HOURS = 4
+HOURS = 7  # one session hour (T03) has its whole ±3 h window in the data
 CLIENTS = 2
 AWS = {
     "AWS_ACCESS_KEY_ID": "stack-test",

@@ -1,11 +1,13 @@
 """Production on this machine: backfills on a Spark cluster, reading S3, publishing through
 a shared Hive metastore, fenced through the shared database, checked against the truth.
 
-Two backfills run at the same time over different ranges (A: every layer of the whole
-tree, B: the raw layer of its first half); both publish raw, so they are fenced. The test
+Two backfills run at the same time over different ranges (A: raw and transformed of the
+whole tree, B: raw of its first two hours); both publish raw, so they are fenced. The test
 itself holds the raw publish lock (as the shared database sees it) until a backfill is
 waiting on it: nothing of raw may be published before it lets go, and the two runs'
-publications of raw never interleave in the ledger.
+publications of raw never interleave in the ledger. Then C backfills the aggregated layer
+for the session hour whose ±3 h window the tree covers (the aggregated layer refuses to
+build sessions from windows with unpublished hours).
 """
 
 from __future__ import annotations
@@ -20,14 +22,14 @@ from pathlib import Path
 
 import psycopg2
 
-from backfill_assets.layers.windows import session_hours_touching
 from backfill_assets.partitions import hour_range
 from backfill_assets.publishing.lock import database_lock, libpq_url
 from backfill_assets.reporting import expected
 from backfill_assets_tests.stack.conftest import HOURS, START, Stack
 from backfill_assets_tests.stack.servers import tail
 
-LAST = "2026-11-20T03"  # START + HOURS - 1
+LAST = "2026-11-20T06"  # START + HOURS - 1
+SESSION_HOUR = "2026-11-20T03"
 TEST_HOLDER = "stack-test"
 BACKFILL_DEADLINE = 900.0
 
@@ -87,7 +89,7 @@ def test_concurrent_fenced_backfills_on_the_cluster_match_the_truth(stack: Stack
     processes: dict[str, subprocess.Popen] = {}
     try:
         with database_lock(url, "raw", TEST_HOLDER, limit=60):
-            processes["A"] = backfill(stack, START, LAST, logs["A"])
+            processes["A"] = backfill(stack, START, LAST, logs["A"], layers="raw,transformed")
             processes["B"] = backfill(
                 stack, START, hour_range(START, LAST)[1], logs["B"], layers="raw"
             )
@@ -101,16 +103,25 @@ def test_concurrent_fenced_backfills_on_the_cluster_match_the_truth(stack: Stack
             if process.poll() is None:
                 process.kill()
                 process.wait()
+    logs["C"] = stack.logs / "backfill-C.log"
+    processes = {"C": backfill(stack, SESSION_HOUR, SESSION_HOUR, logs["C"], layers="aggregated")}
+    try:
+        code = processes["C"].wait(timeout=BACKFILL_DEADLINE)
+        assert code == 0, "backfill C failed:\n" + tail(logs["C"], 80)
+    finally:
+        if processes["C"].poll() is None:
+            processes["C"].kill()
+            processes["C"].wait()
     backfills_done = time.monotonic()
 
     # Both ran on the cluster: the worker launched executors for them.
     worker_log = (stack.logs / "spark-worker.log").read_text(errors="replace")
-    assert worker_log.count("Asked to launch executor") >= 2
+    assert worker_log.count("Asked to launch executor") >= 3
     # The part files were read from S3 (by the executors' pyarrow), none from a local path.
     s3_log = (stack.logs / "s3.log").read_text(errors="replace")
     assert "GET /backups/tree/raw/date=2026-11-20/hour=00/client_id=" in s3_log
 
-    counted = hour_range(*session_hours_touching(START, LAST))
+    counted = [SESSION_HOUR]
     rows = sql(
         stack,
         " UNION ALL ".join(
