@@ -1,12 +1,18 @@
 """Where things live: every path the project reads or writes, from the environment.
 
 - ``BACKUP_ROOT`` (``var/backups``): the backup tree to read (local path or ``s3://``).
-- ``DATA_ROOT`` (``var/data``): warehouse, embedded metastore, ledger.
+- ``DATA_ROOT`` (``var/data``): warehouse, embedded metastore, ledger (local path or
+  ``s3://``).
 - ``DAGSTER_HOME`` (``var/dagster_home``): the Dagster instance.
 - ``SPARK_CONF_DIR`` (``spark``): ``spark-defaults.conf``, profiles, ``log4j2.properties``.
 - ``BACKFILL_ENV`` (``local``): ``local`` or ``production`` (resources, Spark profile).
 
 Defaults are inside the checkout and git-ignored.
+
+Object-store locations are written ``s3://bucket/prefix`` everywhere they are configured.
+Backups are read with boto3/pyarrow, which take ``s3://``; the warehouse is written by
+Spark through Hadoop's S3A connector, so ``warehouse_dir`` (and every table location under
+it) is spelled ``s3a://`` (``spark_location``): one spelling per reader, one place to map.
 """
 
 from __future__ import annotations
@@ -39,6 +45,12 @@ def metastore_dir(data_root: str) -> str:
     return f"{data_root}/metastore_db"
 
 
+def spark_location(location: str) -> str:
+    """A location as Spark/Hadoop writes it: ``s3://`` becomes ``s3a://`` (the S3A file
+    system); local paths and other schemes are unchanged."""
+    return "s3a://" + location.removeprefix("s3://") if location.startswith("s3://") else location
+
+
 @dataclass(frozen=True)
 class Settings:
     backup_root: str
@@ -66,7 +78,7 @@ class Settings:
 
     @property
     def warehouse_dir(self) -> str:
-        return f"{self.data_root}/warehouse"
+        return spark_location(f"{self.data_root}/warehouse")
 
     @property
     def metastore_dir(self) -> str:

@@ -1,6 +1,6 @@
 """Spark reading of backup part files: one pass that verifies, decompresses and parses.
 
-Spark's ``binaryFile`` source reads the listed part files (any Hadoop file system), and
+The store reads the listed part files on the executors (``BackupStore.read_files``), and
 one Python function per batch (``mapInArrow``) checks each file's SHA-256 against its
 manifest, decompresses the zstd frame (content size may be absent) and runs the contract
 on every line. Every line comes out exactly once: as a payload, or as a quarantine row with
@@ -160,6 +160,5 @@ def read_folders(spark: SparkSession, store: BackupStore, folders: list[Folder])
     }
     if not expected:
         return spark.createDataFrame([], PARSED_SCHEMA)
-    paths = [store.spark_path(rel) for rel in sorted(expected)]
-    files = spark.read.format("binaryFile").load(paths).select("path", "content")
+    files = store.read_files(spark, sorted(expected))
     return files.mapInArrow(_parser(expected), PARSED_SCHEMA)

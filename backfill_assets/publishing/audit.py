@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
+from backfill_assets.publishing.lock import append_lock
 from backfill_assets.publishing.tables import AUDIT_DB, ensure_table, split_table, table_exists
 
 SHADOW_PARTITIONS = f"{AUDIT_DB}.shadow_partitions"
@@ -80,7 +81,9 @@ def append(spark: SparkSession, warehouse_dir: str, table: str, rows: Sequence[d
     audit_table(spark, warehouse_dir, table)
     struct = schema(table)
     tuples = [tuple(row.get(f.name) for f in struct.fields) for row in rows]
-    spark.createDataFrame(tuples, struct).coalesce(1).write.insertInto(table)
+    frame = spark.createDataFrame(tuples, struct).coalesce(1)
+    with append_lock(warehouse_dir, table):  # drivers of concurrent runs share the table
+        frame.write.insertInto(table)
 
 
 def read(spark: SparkSession, table: str) -> DataFrame:

@@ -39,6 +39,7 @@ from pyspark.sql import functions as F
 from backfill_assets import faults
 from backfill_assets.partitions import hour_range, shift_hour
 from backfill_assets.publishing import audit
+from backfill_assets.publishing.lock import release_locks
 from backfill_assets.publishing.tables import (
     ensure_table,
     location,
@@ -369,6 +370,21 @@ def publish_release(
     Raises ``PublishError`` (nothing published) when the release read published hours that
     changed since it was built, or when it wrote nothing for ``layers``.
     """
+    with release_locks(warehouse_dir, [layer.name for layer in layers], run_id):
+        return _publish_release(
+            spark, warehouse_dir, release_id, layers, run_id, manifest, allow_shrink
+        )
+
+
+def _publish_release(
+    spark: SparkSession,
+    warehouse_dir: str,
+    release_id: str,
+    layers: Sequence[Layer],
+    run_id: str,
+    manifest: Mapping[str, str | None],
+    allow_shrink: bool,
+) -> ReleasePlan:
     recover(spark, warehouse_dir)
     for layer in layers:
         for shadow, published in layer.pairs:
@@ -570,6 +586,22 @@ def rollback_release(
     With ``hour`` (and ``layer``, default the first): the release currently published there,
     so repeated rollbacks walk back through the ledger's history. Returns (release, events).
     """
+    with release_locks(warehouse_dir, [lay.name for lay in layers], run_id):
+        return _rollback_release(
+            spark, warehouse_dir, layers, release_id, hour, layer, run_id, manifest
+        )
+
+
+def _rollback_release(
+    spark: SparkSession,
+    warehouse_dir: str,
+    layers: Sequence[Layer],
+    release_id: str | None,
+    hour: str | None,
+    layer: str | None,
+    run_id: str,
+    manifest: Mapping[str, str | None],
+) -> tuple[str, list[dict]]:
     recover(spark, warehouse_dir)
     tables = [t for lay in layers for t in lay.tables]
     stacks = history(ledger(spark, tables))

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from dagster_aws.s3 import S3Resource
+
 from backfill_assets.resources.backup_store import LocalBackupStore, S3BackupStore
 from backfill_assets.resources.io_managers import ShadowTableIOManager
 from backfill_assets.resources.spark import spark_resource
 from backfill_assets.resources.warehouse import Warehouse
-from backfill_assets.settings import Settings
+from backfill_assets.settings import Settings, is_uri
 
 PYSPARK = "pyspark"
 SHADOW_IO_MANAGER = "shadow_io_manager"
@@ -19,14 +21,17 @@ WAREHOUSE = "warehouse"
 def build_resources(settings: Settings) -> dict[str, Any]:
     """The resources of the code location for ``settings.environment``.
 
-    local: Spark local mode + embedded metastore, backups on the local file system.
-    production: the production Spark profile (cluster, shared metastore), backups on S3.
+    local: Spark local mode + embedded metastore.
+    production: the production Spark profile (cluster, shared metastore), resolved from the
+    run's environment when its Spark session starts.
+    Backups are read from S3 when ``BACKUP_ROOT`` is ``s3://…``, else from the file system.
     """
+    # ${VAR}s of the Spark profile are resolved when a run starts its session, so the
+    # code location loads where those variables are not set (webserver, daemon).
     pyspark = spark_resource(settings)
-    if settings.environment == "production":
-        from dagster_aws.s3 import S3Resource
-
-        backups: Any = S3BackupStore(root=settings.backup_root, s3=S3Resource())
+    backups: Any
+    if is_uri(settings.backup_root):
+        backups = S3BackupStore(root=settings.backup_root, s3=S3Resource())
     else:
         backups = LocalBackupStore(root=settings.backup_root)
     return {

@@ -1,0 +1,220 @@
+"""The production stack on this machine, once per session, stopped by PID at the end.
+
+``postgres_url``: a Postgres cluster in a temporary directory (as user ``postgres`` when
+root). ``stack``: on top of it, the Hive metastore service (schema created first), a Spark
+standalone master and worker, an S3 server holding a generated backup tree, and a Dagster
+instance on Postgres with its daemon; ``stack.env`` is the environment of a production run
+(``BACKFILL_ENV=production``) against them. Every server binds 127.0.0.1 and runs in its
+own process group; the finalizers stop them all, also when a fixture or a test fails.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from backfill_assets.generator import generate_backups
+from backfill_assets.settings import PROJECT_ROOT
+from backfill_assets_tests.stack import servers
+
+BUCKET = "backups"
+PREFIX = "tree"
+LOG_BUCKET = "dagster-logs"
+START = "2026-11-20T00"
+HOURS = 7  # one session hour (T03) has its whole ±3 h window in the data
+CLIENTS = 2
+AWS = {
+    "AWS_ACCESS_KEY_ID": "stack-test",
+    "AWS_SECRET_ACCESS_KEY": "stack-test",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
+@dataclass
+class Stack:
+    env: dict[str, str]
+    backups: Path  # the local copy of what was uploaded (with its _truth/)
+    data_root: Path
+    dagster_home: Path
+    logs: Path
+    postgres_url: str
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+@pytest.fixture(scope="session")
+def processes() -> Iterator[servers.Processes]:
+    """Every server the stack starts; all stopped by PID (process group) at the end."""
+    started = servers.Processes()
+    # Also when pytest itself is terminated (SIGTERM) or exits without tearing down.
+    atexit.register(started.stop_all)
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        yield started
+    finally:
+        started.stop_all()
+        signal.signal(signal.SIGTERM, previous)
+        atexit.unregister(started.stop_all)
+
+
+@pytest.fixture(scope="session")
+def stack_logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("stack-logs")
+
+
+@pytest.fixture(scope="session")
+def postgres_url(processes: servers.Processes, stack_logs: Path) -> str:
+    """Base URL (``postgresql+psycopg2://postgres@127.0.0.1:PORT``); databases
+    ``dagster`` and ``metastore`` exist."""
+    return servers.start_postgres(processes, stack_logs, ["dagster", "metastore"])
+
+
+def _instance_config(home: Path) -> None:
+    """The production instance config minus what needs Kubernetes: same storage, pools,
+    run queue and S3 compute logs; runs launched as local processes by the daemon."""
+    config = yaml.safe_load((PROJECT_ROOT / "deploy" / "dagster.production.yaml").read_text())
+    config.pop("run_launcher")
+    config["concurrency"]["runs"]["max_concurrent_runs"] = 4
+    (home / "dagster.yaml").write_text(yaml.safe_dump(config))
+
+
+def _wait_for_daemon(url: str, daemon: servers.Server, processes: servers.Processes) -> None:
+    """Until the daemon's heartbeats are in the instance's database."""
+    import psycopg2
+
+    from backfill_assets.publishing.lock import libpq_url
+
+    def beating() -> bool:
+        with psycopg2.connect(libpq_url(url)) as conn, conn.cursor() as cur:
+            cur.execute("SELECT to_regclass('daemon_heartbeats') IS NOT NULL")
+            if not cur.fetchone()[0]:
+                return False
+            cur.execute("SELECT count(*) FROM daemon_heartbeats")
+            return cur.fetchone()[0] > 0
+
+    processes.wait_until(daemon, beating, what="daemon heartbeat", timeout=240, poll=1.0)
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(processes: servers.Processes, stack_logs: Path) -> str:
+    """An S3 API (moto) on 127.0.0.1; credentials ``AWS``."""
+    return servers.start_s3(processes, stack_logs, {**os.environ, **AWS})
+
+
+@pytest.fixture(scope="session")
+def stack(
+    processes: servers.Processes,
+    postgres_url: str,
+    s3_endpoint: str,
+    stack_logs: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Stack:
+    root = tmp_path_factory.mktemp("stack")
+    logs = stack_logs
+    data_root = root / "data"  # the shared warehouse: every executor is on this machine
+    home = root / "dagster_home"
+    home.mkdir()
+    _instance_config(home)
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_", "PYSPARK_"))}
+    base.update(AWS)
+    base["DAGSTER_HOME"] = str(home)
+    base["DAGSTER_POSTGRES_URL"] = f"{postgres_url}/dagster"
+    base["PYSPARK_PYTHON"] = sys.executable  # executors run this environment's Python
+
+    # Slow, independent steps first, in the background: the metastore schema and turning
+    # the reconciliation sensor off (the test decides which runs exist, not the sensor).
+    metastore_jdbc = "jdbc:postgresql://" + postgres_url.split("@", 1)[1] + "/metastore"
+    sensor_off = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "dagster"),
+            "sensor",
+            "stop",
+            "reconciliation_sensor",
+            "-w",
+            str(PROJECT_ROOT / "workspace.yaml"),
+        ],
+        cwd=PROJECT_ROOT,
+        env={**base, "BACKFILL_ENV": "production", "DAGSTER_DISABLE_TELEMETRY": "1"},
+        stdout=open(logs / "sensor-stop.log", "wb"),  # noqa: SIM115 (closed with the process)
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        s3 = s3_endpoint
+        client = servers.s3_client(s3, AWS)
+        backups = root / "backups"
+        generate_backups(
+            backups,
+            start=START,
+            hours=HOURS,
+            clients=CLIENTS,
+            users_per_client=25,
+            seed=11,
+            workers=1,
+        )
+        servers.upload_tree(client, backups / "raw", BUCKET, f"{PREFIX}/raw")
+        client.create_bucket(Bucket=LOG_BUCKET)
+        master = servers.start_spark_cluster(
+            processes, logs, base, worker_cores=4, worker_memory="4g"
+        )
+        servers.create_metastore_schema(metastore_jdbc, root / "schematool", logs / "schema.log")
+        metastore = servers.start_metastore(
+            processes, logs, metastore_jdbc, str(data_root / "warehouse"), base
+        )
+        if sensor_off.wait(timeout=300) != 0:
+            raise servers.StackError(
+                f"dagster sensor stop failed:\n{servers.tail(logs / 'sensor-stop.log')}"
+            )
+    finally:
+        if sensor_off.poll() is None:
+            sensor_off.kill()
+            sensor_off.wait()
+    env = {
+        **base,
+        "BACKFILL_ENV": "production",
+        "BACKUP_ROOT": f"s3://{BUCKET}/{PREFIX}",
+        "DATA_ROOT": str(data_root),
+        "DAGSTER_LOG_BUCKET": LOG_BUCKET,
+        "AWS_ENDPOINT_URL_S3": s3,
+        "SPARK_MASTER": master,
+        "SPARK_DRIVER_HOST": servers.HOST,
+        "SPARK_DRIVER_BIND_ADDRESS": servers.HOST,
+        "SPARK_LOCAL_IP": servers.HOST,
+        "SPARK_DRIVER_MEMORY": "1g",
+        "SPARK_EXECUTOR_MEMORY": "1g",
+        "SPARK_EXECUTOR_CORES": "1",
+        "SPARK_EXECUTOR_INSTANCES": "1",
+        "SPARK_SHUFFLE_PARTITIONS": "4",
+        "HIVE_METASTORE_URIS": metastore,
+        # Kubernetes-only settings of the profile; a standalone master ignores them.
+        "SPARK_IMAGE": "unused-on-standalone",
+        "SPARK_NAMESPACE": "unused-on-standalone",
+        "SPARK_SERVICE_ACCOUNT": "unused-on-standalone",
+        "SPARK_DRIVER_POD_NAME": "unused-on-standalone",
+        "BACKFILL_LOCK_TIMEOUT_SECONDS": "600",
+        "DAGSTER_DISABLE_TELEMETRY": "1",
+    }
+    daemon = processes.start(
+        "dagster-daemon",
+        [
+            str(Path(sys.executable).parent / "dagster-daemon"),
+            "run",
+            "-w",
+            str(PROJECT_ROOT / "workspace.yaml"),
+        ],
+        log=logs / "dagster-daemon.log",
+        env=env,
+        cwd=PROJECT_ROOT,
+    )
+    _wait_for_daemon(env["DAGSTER_POSTGRES_URL"], daemon, processes)
+    return Stack(env, backups, data_root, home, logs, postgres_url)

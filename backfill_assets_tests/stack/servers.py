@@ -1,0 +1,460 @@
+"""The stack's servers as child processes: started on 127.0.0.1, stopped by PID.
+
+``Processes`` starts every server in its own process group (``start_new_session``) and
+records it; ``stop_all`` terminates each group (SIGTERM, then SIGKILL after a bounded
+wait), newest first. Readiness is polled (a port accepts connections, a log line appears)
+with a deadline, never slept for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HOST = "127.0.0.1"
+
+
+class StackError(RuntimeError):
+    """A server did not come up; the message names it and ends with its log."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def port_open(port: int, host: str = HOST) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex((host, port)) == 0
+
+
+def tail(path: Path, lines: int = 40) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+@dataclass
+class Server:
+    name: str
+    process: subprocess.Popen
+    log: Path
+    cleanup: Path | None = None  # a temporary directory removed once it is stopped
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+
+@dataclass
+class Processes:
+    """Every process the stack started, for ``stop_all`` (also after a failure)."""
+
+    servers: list[Server] = field(default_factory=list)
+
+    def start(
+        self,
+        name: str,
+        args: Sequence[str],
+        *,
+        log: Path,
+        env: Mapping[str, str] | None = None,
+        cwd: str | Path | None = None,
+        user: str | None = None,
+    ) -> Server:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "ab") as out:
+            process = subprocess.Popen(
+                list(args),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=dict(env) if env is not None else None,
+                cwd=cwd,
+                user=user,
+                start_new_session=True,
+            )
+        server = Server(name, process, log)
+        self.servers.append(server)
+        return server
+
+    def wait_until(
+        self,
+        server: Server,
+        ready: Callable[[], bool],
+        *,
+        what: str,
+        timeout: float = 120.0,
+        poll: float = 0.2,
+    ) -> None:
+        deadline = time.monotonic() + timeout
+        while not ready():
+            if server.process.poll() is not None:
+                raise StackError(
+                    f"{server.name} (pid {server.pid}) exited with {server.process.returncode} "
+                    f"before {what}; log {server.log}:\n{tail(server.log)}"
+                )
+            if time.monotonic() > deadline:
+                raise StackError(
+                    f"{server.name} (pid {server.pid}): no {what} after {timeout:.0f}s; "
+                    f"log {server.log}:\n{tail(server.log)}"
+                )
+            time.sleep(poll)
+
+    def wait_port(self, server: Server, port: int, timeout: float = 120.0) -> None:
+        self.wait_until(
+            server, lambda: port_open(port), what=f"listener on {HOST}:{port}", timeout=timeout
+        )
+
+    def stop(self, server: Server, timeout: float = 20.0) -> None:
+        """SIGTERM the server's process group, SIGKILL it if still there after ``timeout``."""
+        if server.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(server.pid, signal.SIGTERM)
+            try:
+                server.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(server.pid, signal.SIGKILL)
+                server.process.wait(10)
+        # Children that outlived the leader (e.g. Spark executors of a worker).
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(server.pid, signal.SIGKILL)
+        if server.cleanup:
+            shutil.rmtree(server.cleanup, ignore_errors=True)
+
+    def stop_all(self) -> None:
+        while self.servers:
+            self.stop(self.servers.pop())
+
+
+def postgres_bindir() -> Path:
+    """Postgres server binaries: ``pg_config --bindir``, else ``/usr/lib/postgresql/*/bin``."""
+    candidates = []
+    if shutil.which("pg_config"):
+        out = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True)
+        candidates.append(Path(out.stdout.strip()))
+    candidates += [Path(p) for p in sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True)]
+    for path in candidates:
+        if (path / "initdb").exists() and (path / "postgres").exists():
+            return path
+    raise StackError(
+        "no Postgres server binaries (initdb, postgres) found; install them "
+        "(Debian: apt-get install -y postgresql; `make test-stack` does it when root)"
+    )
+
+
+def service_user() -> str | None:
+    """Postgres refuses to run as root: run it as ``postgres`` then (None: as ourselves)."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        pwd.getpwnam("postgres")
+    except KeyError as exc:
+        raise StackError("running as root but there is no 'postgres' user") from exc
+    return "postgres"
+
+
+def owned_tempdir(prefix: str, user: str | None) -> Path:
+    """A temporary directory the service user owns (pytest's tmp dirs are root-only)."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    if user:
+        entry = pwd.getpwnam(user)
+        os.chown(path, entry.pw_uid, entry.pw_gid)
+    return path
+
+
+def start_postgres(processes: Processes, logs: Path, databases: Sequence[str]) -> str:
+    """Postgres in a fresh temporary cluster on 127.0.0.1; returns its base URL
+    (``postgresql+psycopg2://postgres@127.0.0.1:PORT``) with ``databases`` created."""
+    import psycopg2
+
+    bindir = postgres_bindir()
+    user = service_user()
+    root = owned_tempdir("stack-pg-", user)
+    data = root / "data"
+    init = subprocess.run(
+        [str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8"],
+        capture_output=True,
+        text=True,
+        user=user,
+        cwd=root,
+        timeout=120,
+    )
+    if init.returncode != 0:
+        raise StackError(f"initdb failed:\n{init.stdout}\n{init.stderr}")
+    port = free_port()
+    server = processes.start(
+        "postgres",
+        [
+            str(bindir / "postgres"),
+            "-D",
+            str(data),
+            "-h",
+            HOST,
+            "-p",
+            str(port),
+            "-k",
+            str(root),
+            "-c",
+            "fsync=off",
+            "-c",
+            "synchronous_commit=off",
+            "-c",
+            "full_page_writes=off",
+            "-c",
+            "max_connections=200",
+        ],
+        log=logs / "postgres.log",
+        user=user,
+        cwd=root,
+    )
+    server.cleanup = root
+
+    def accepting() -> bool:  # the port opens before recovery ends ("starting up")
+        try:
+            psycopg2.connect(host=HOST, port=port, user="postgres", dbname="postgres").close()
+        except psycopg2.OperationalError:
+            return False
+        return True
+
+    processes.wait_until(server, accepting, what="connections accepted", timeout=60)
+    conn = psycopg2.connect(host=HOST, port=port, user="postgres", dbname="postgres")
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        for name in databases:
+            cur.execute(f'CREATE DATABASE "{name}"')
+    conn.close()
+    return f"postgresql+psycopg2://postgres@{HOST}:{port}"
+
+
+def spark_home() -> Path:
+    """The pyspark wheel is a Spark distribution (bin/, jars/): SPARK_HOME is the package."""
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent
+
+
+def java() -> str:
+    home = os.environ.get("JAVA_HOME")
+    if home and (Path(home) / "bin" / "java").exists():
+        return str(Path(home) / "bin" / "java")
+    found = shutil.which("java")
+    if not found:
+        raise StackError("no java on PATH and no JAVA_HOME (Spark 4 needs Java 17+)")
+    return found
+
+
+JDBC_JAR_CANDIDATES = ("/usr/share/java/postgresql.jar",)
+
+
+def jdbc_jar() -> str:
+    """PostgreSQL's JDBC driver (Debian: libpostgresql-jdbc-java), or $POSTGRES_JDBC_JAR."""
+    for candidate in (os.environ.get("POSTGRES_JDBC_JAR"), *JDBC_JAR_CANDIDATES):
+        if candidate and Path(candidate).exists():
+            return candidate
+    raise StackError(
+        "no PostgreSQL JDBC driver: apt-get install -y libpostgresql-jdbc-java "
+        "(`make test-stack` does it when root) or set POSTGRES_JDBC_JAR"
+    )
+
+
+def create_metastore_schema(jdbc_url: str, workdir: Path, log: Path) -> None:
+    """The Hive metastore schema on Postgres, created up front with DataNucleus' SchemaTool
+    from the wheel's jars and the ``package.jdo`` of ``hive-metastore-*.jar`` (letting the
+    metastore create it lazily deadlocks on Postgres)."""
+    import zipfile
+
+    jars = spark_home() / "jars"
+    (metastore_jar,) = sorted(jars.glob("hive-metastore-*.jar"))[-1:]
+    workdir.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(metastore_jar) as jar:
+        (workdir / "package.jdo").write_bytes(jar.read("package.jdo"))
+    props = workdir / "datanucleus.properties"
+    props.write_text(
+        "\n".join(
+            [
+                f"javax.jdo.option.ConnectionURL={jdbc_url}",
+                "javax.jdo.option.ConnectionDriverName=org.postgresql.Driver",
+                "javax.jdo.option.ConnectionUserName=postgres",
+                "javax.jdo.option.ConnectionPassword=",
+                "datanucleus.storeManagerType=rdbms",
+                "datanucleus.schema.autoCreateAll=true",
+                "datanucleus.identifierFactory=datanucleus1",
+                "datanucleus.rdbms.useLegacyNativeValueStrategy=true",
+                "",
+            ]
+        )
+    )
+    with open(log, "wb") as out:
+        result = subprocess.run(
+            [
+                java(),
+                "-cp",
+                f"{jars}/*:{jdbc_jar()}",
+                "org.datanucleus.store.schema.SchemaTool",
+                "-create",
+                "-api",
+                "JDO",
+                "-props",
+                str(props),
+                str(workdir / "package.jdo"),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=workdir,
+            timeout=300,
+        )
+    if result.returncode != 0 or "completed successfully" not in log.read_text(errors="replace"):
+        raise StackError(f"SchemaTool failed ({result.returncode}); log {log}:\n{tail(log)}")
+
+
+def start_metastore(
+    processes: Processes, logs: Path, jdbc_url: str, warehouse: str, env: Mapping[str, str]
+) -> str:
+    """The Hive metastore service (``metastore_server.py``); returns its thrift URI."""
+    import sys
+
+    port = free_port()
+    server = processes.start(
+        "hive-metastore",
+        [
+            sys.executable,
+            str(Path(__file__).with_name("metastore_server.py")),
+            "--port",
+            str(port),
+            "--jdbc-url",
+            jdbc_url,
+            "--jdbc-jar",
+            jdbc_jar(),
+            "--warehouse",
+            warehouse,
+        ],
+        log=logs / "metastore.log",
+        env=env,
+        cwd=logs,
+    )
+    processes.wait_port(server, port, timeout=240)
+    return f"thrift://{HOST}:{port}"
+
+
+def start_spark_cluster(
+    processes: Processes,
+    logs: Path,
+    env: Mapping[str, str],
+    *,
+    worker_cores: int,
+    worker_memory: str,
+) -> str:
+    """A Spark standalone master and one worker on 127.0.0.1; returns the master URL.
+
+    Each application gets one core unless it asks for more (``spark.deploy.defaultCores``),
+    so concurrent backfills share the worker instead of the first taking every core.
+    """
+    spark_class = str(spark_home() / "bin" / "spark-class")
+    env = {**env, "SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": HOST}
+    master_port, master_ui, worker_port, worker_ui = (free_port() for _ in range(4))
+    master = processes.start(
+        "spark-master",
+        [
+            spark_class,
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            HOST,
+            "--port",
+            str(master_port),
+            "--webui-port",
+            str(master_ui),
+        ],
+        log=logs / "spark-master.log",
+        env={**env, "SPARK_MASTER_OPTS": "-Dspark.deploy.defaultCores=1"},
+        cwd=logs,
+    )
+    processes.wait_port(master, master_port, timeout=120)
+    url = f"spark://{HOST}:{master_port}"
+    work = logs / "spark-work"
+    work.mkdir(exist_ok=True)
+    worker = processes.start(
+        "spark-worker",
+        [
+            spark_class,
+            "org.apache.spark.deploy.worker.Worker",
+            "--host",
+            HOST,
+            "--port",
+            str(worker_port),
+            "--webui-port",
+            str(worker_ui),
+            "--cores",
+            str(worker_cores),
+            "--memory",
+            worker_memory,
+            "--work-dir",
+            str(work),
+            url,
+        ],
+        log=logs / "spark-worker.log",
+        env=env,
+        cwd=logs,
+    )
+    processes.wait_until(
+        worker,
+        lambda: "Successfully registered with master" in worker.log.read_text(errors="replace"),
+        what="registration with the master",
+        timeout=120,
+    )
+    return url
+
+
+def start_s3(processes: Processes, logs: Path, env: Mapping[str, str]) -> str:
+    """An S3 API (moto) on 127.0.0.1; returns its endpoint URL."""
+    import sys
+
+    port = free_port()
+    server = processes.start(
+        "s3",
+        [str(Path(sys.executable).parent / "moto_server"), "-H", HOST, "-p", str(port)],
+        log=logs / "s3.log",
+        env=env,
+        cwd=logs,
+    )
+    processes.wait_port(server, port, timeout=60)
+    return f"http://{HOST}:{port}"
+
+
+def s3_client(endpoint: str, env: Mapping[str, str]):
+    import boto3
+
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name=env["AWS_DEFAULT_REGION"],
+        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+    )
+
+
+def upload_tree(client, root: Path, bucket: str, prefix: str) -> int:
+    """Copy a local tree to ``s3://bucket/prefix`` (creating the bucket); returns files."""
+    existing = {b["Name"] for b in client.list_buckets().get("Buckets", [])}
+    if bucket not in existing:
+        client.create_bucket(Bucket=bucket)
+    count = 0
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        client.upload_file(str(path), bucket, f"{prefix}/{path.relative_to(root).as_posix()}")
+        count += 1
+    return count

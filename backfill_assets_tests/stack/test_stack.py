@@ -1,0 +1,190 @@
+"""Production on this machine: backfills on a Spark cluster, reading S3, publishing through
+a shared Hive metastore, fenced through the shared database, checked against the truth.
+
+Two backfills run at the same time over different ranges (A: raw and transformed of the
+whole tree, B: raw of its first two hours); both publish raw, so they are fenced. The test
+itself holds the raw publish lock (as the shared database sees it) until a backfill is
+waiting on it: nothing of raw may be published before it lets go, and the two runs'
+publications of raw never interleave in the ledger. Then C backfills the aggregated layer
+for the session hour whose ±3 h window the tree covers (the aggregated layer refuses to
+build sessions from windows with unpublished hours).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from datetime import UTC, datetime
+from pathlib import Path
+
+import psycopg2
+
+from backfill_assets.partitions import hour_range
+from backfill_assets.publishing.lock import database_lock, libpq_url
+from backfill_assets.reporting import expected
+from backfill_assets_tests.stack.conftest import HOURS, START, Stack
+from backfill_assets_tests.stack.servers import tail
+
+LAST = "2026-11-20T06"  # START + HOURS - 1
+SESSION_HOUR = "2026-11-20T03"
+TEST_HOLDER = "stack-test"
+BACKFILL_DEADLINE = 900.0
+
+
+def backfill(stack: Stack, first: str, last: str, log: Path, layers: str | None = None):
+    """The one way these tests launch a backfill (re-point here if the launch path moves):
+    ``backfill-assets backfill`` in a subprocess with the stack's production environment."""
+    args = [str(Path(sys.executable).parent / "backfill-assets"), "backfill"]
+    args += ["--from", first, "--to", last, "--reason", "stack test"]
+    if layers:
+        args += ["--layers", layers]
+    with open(log, "wb") as out:
+        return subprocess.Popen(
+            args, env=stack.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+
+def sql(stack: Stack, query: str, log: Path) -> list[dict]:
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "backfill-assets"), "sql", query, "--format", "jsonl"],
+        env=stack.env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    log.write_text(result.stderr)
+    assert result.returncode == 0, result.stdout + result.stderr[-4000:]
+    return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+
+
+def _publisher_waiting(url: str, layer: str) -> bool:
+    """A publisher of ``layer`` has connected for its lock (and cannot have it: we hold it)."""
+    with psycopg2.connect(libpq_url(url)) as conn, conn.cursor() as cur:
+        cur.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
+            "AND pid <> pg_backend_pid()",
+            (f"backfill_assets publish {layer}",),
+        )
+        return cur.fetchone()[0] > 0
+
+
+def _wait(processes: dict[str, subprocess.Popen], logs: dict[str, Path], ready, what: str):
+    deadline = time.monotonic() + BACKFILL_DEADLINE
+    while not ready():
+        for name, process in processes.items():
+            assert process.poll() is None, f"backfill {name} ended before {what}:\n" + tail(
+                logs[name], 60
+            )
+        assert time.monotonic() < deadline, f"no {what} after {BACKFILL_DEADLINE:.0f}s"
+        time.sleep(0.5)
+
+
+def test_concurrent_fenced_backfills_on_the_cluster_match_the_truth(stack: Stack):
+    started = time.monotonic()
+    url = stack.env["DAGSTER_POSTGRES_URL"]
+    logs = {name: stack.logs / f"backfill-{name}.log" for name in ("A", "B")}
+    processes: dict[str, subprocess.Popen] = {}
+    try:
+        with database_lock(url, "raw", TEST_HOLDER, limit=60):
+            processes["A"] = backfill(stack, START, LAST, logs["A"], layers="raw,transformed")
+            processes["B"] = backfill(
+                stack, START, hour_range(START, LAST)[1], logs["B"], layers="raw"
+            )
+            _wait(processes, logs, lambda: _publisher_waiting(url, "raw"), "raw publish wait")
+            released_at = datetime.now(UTC)
+        for name, process in processes.items():
+            code = process.wait(timeout=BACKFILL_DEADLINE)
+            assert code == 0, f"backfill {name} failed:\n" + tail(logs[name], 80)
+    finally:
+        for process in processes.values():
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    logs["C"] = stack.logs / "backfill-C.log"
+    processes = {"C": backfill(stack, SESSION_HOUR, SESSION_HOUR, logs["C"], layers="aggregated")}
+    try:
+        code = processes["C"].wait(timeout=BACKFILL_DEADLINE)
+        assert code == 0, "backfill C failed:\n" + tail(logs["C"], 80)
+    finally:
+        if processes["C"].poll() is None:
+            processes["C"].kill()
+            processes["C"].wait()
+    backfills_done = time.monotonic()
+
+    # All three ran on the cluster: the worker launched executors for them.
+    worker_log = (stack.logs / "spark-worker.log").read_text(errors="replace")
+    assert worker_log.count("Asked to launch executor") >= 3
+    # The part files were read from S3: only the executors' pyarrow reads part files (the
+    # driver reads manifests), and the backups exist nowhere else the runs are told of.
+    s3_log = (stack.logs / "s3.log").read_text(errors="replace")
+    parts = sorted(stack.backups.glob("raw/date=*/hour=*/client_id=*/part-*"))
+    assert len(parts) >= HOURS
+    for part in parts:
+        key = part.relative_to(stack.backups).as_posix()
+        assert f"GET /backups/tree/{key}" in s3_log, key
+
+    counted = [SESSION_HOUR]
+    rows = sql(
+        stack,
+        " UNION ALL ".join(
+            [
+                "SELECT 'raw' AS t, hour, count(*) AS n, '' AS run_id, '' AS phase, "
+                "'' AS at FROM raw.payloads GROUP BY hour",
+                "SELECT 'quarantine', hour, count(*), '', '', '' FROM raw.quarantine GROUP BY hour",
+                "SELECT 'transformed', hour, count(*), '', '', '' FROM transformed.payloads "
+                "GROUP BY hour",
+                "SELECT 'sessions', hour, count(*), '', '', '' FROM aggregated.sessions "
+                "GROUP BY hour",
+                "SELECT concat('ledger:', table_name), hour, 0, run_id, phase, "
+                "date_format(recorded_at, \"yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX\") "
+                "FROM audit.publications",
+            ]
+        ),
+        stack.logs / "sql.log",
+    )
+    published: dict[str, dict[str, int]] = defaultdict(dict)
+    ledger = []
+    for row in rows:
+        if row["t"].startswith("ledger:"):
+            ledger.append(row)
+        else:
+            published[row["t"]][row["hour"]] = row["n"]
+
+    # Against the generator's truth.
+    truth = expected.raw_rows(stack.backups)
+    hours = hour_range(START, LAST)
+    assert len(hours) == HOURS
+    assert {h: (published["raw"].get(h, 0), published["quarantine"].get(h, 0)) for h in hours} == {
+        h: truth.get(h, (0, 0)) for h in hours
+    }
+    deliveries = expected.read_deliveries(stack.backups)
+    assert {h: published["transformed"].get(h, 0) for h in hours} == {
+        h: expected.transformed_rows(deliveries).get(h, 0) for h in hours
+    }
+    sessions = expected.sessions(deliveries, counted)
+    assert sum(published["raw"].values()) > 0 and sum(len(s) for s in sessions.values()) > 0
+    assert {h: published["sessions"].get(h, 0) for h in counted} == {
+        h: len(sessions[h]) for h in counted
+    }
+
+    # Fencing: nothing of raw published while the test held the lock; per layer, the two
+    # runs' publications (prepare .. commit) never interleave.
+    raw_events = [r for r in ledger if r["t"].startswith("ledger:raw.")]
+    assert raw_events and min(datetime.fromisoformat(r["at"]) for r in raw_events) > released_at
+    for layer in ("raw",):
+        spans = defaultdict(list)
+        for r in ledger:
+            if r["t"].startswith(f"ledger:{layer}."):
+                spans[r["run_id"]].append(datetime.fromisoformat(r["at"]))
+        assert len(spans) == 2, f"{layer}: expected publications by both backfills, {spans}"
+        (_, first_last), (second_first, _) = sorted((min(v), max(v)) for v in spans.values())
+        assert first_last <= second_first, f"{layer}: publications interleave: {spans}"
+    assert Counter(r["phase"] for r in ledger)["commit"] > 0
+
+    print(
+        f"\nstack: backfills {backfills_done - started:.0f}s, "
+        f"check {time.monotonic() - backfills_done:.0f}s"
+    )
