@@ -11,6 +11,7 @@ import yaml
 
 from backfill_assets.definitions import build_definitions
 from backfill_assets.partitions import hourly_partitions
+from backfill_assets.publishing.assets import PUBLISH
 from backfill_assets.settings import PROJECT_ROOT
 
 
@@ -23,18 +24,36 @@ def test_one_entry_point_named_in_workspace_and_pyproject():
 
 
 def test_every_asset_is_hourly_single_run_described_and_versioned(base_settings):
+    """Shadows (what a release builds) are hourly, one run per range, versioned; the
+    published tables are specs no run computes (changed only by publish and rollback);
+    ``release/publish`` is one unpartitioned step per release, in the publish pool."""
     defs = build_definitions(base_settings)
     dg.Definitions.validate_loadable(defs)
     graph = defs.resolve_asset_graph()
+    shadows, published = [], []
     for key in graph.get_all_asset_keys():
         node = graph.get(key)
-        assert node.partitions_def == hourly_partitions, key
-        assert node.backfill_policy == dg.BackfillPolicy.single_run(), key
         assert node.description, key
-        assert node.code_version, key
+        if key == PUBLISH:
+            assert node.partitions_def is None and node.group_name == "release"
+            assert node.is_materializable
+            continue
+        assert node.partitions_def == hourly_partitions, key
         assert node.group_name in ("raw", "transformed", "aggregated"), key
+        if key.path[0] == "shadow":
+            shadows.append(key)
+            assert node.is_materializable, key
+            assert node.backfill_policy == dg.BackfillPolicy.single_run(), key
+            assert node.code_version, key
+        else:
+            published.append(key)
+            assert not node.is_materializable, key  # only publish/rollback change them
+    assert len(shadows) == len(published) == 5
+    assert set(graph.get(PUBLISH).parent_keys) == set(shadows)
     assert graph.asset_check_keys, "blocking checks are defined"
     assert all(graph.get_check_spec(k).blocking for k in graph.asset_check_keys)
+    assert {k.asset_key.path[0] for k in graph.asset_check_keys} == {"shadow"}
+    assert defs.resolve_job_def("rollback_release") is not None
 
 
 def test_dagster_cli_validates_the_code_location(tmp_path: Path):

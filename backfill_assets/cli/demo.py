@@ -2,15 +2,22 @@
 
 1. generate a day of backups for several clients (fixed seed) in ``BACKUP_ROOT``, with an
    outage: some clients' folders of a few hours are held back (they land late);
-2. run the live pipeline over the day (every layer of ``launch.LAYERS``);
+2. run the live pipeline over the day: one release (a Dagster asset backfill of every
+   layer of ``launch.LAYERS`` and ``release/publish``, mode ``live``);
 3. reconcile: nothing to see, a client with no folder looks like a client with no traffic;
 4. the late files land;
 5. reconcile with the sensor's own evaluation: findings recorded as observations, ranges
    requested (raw -> transformed -> sessions);
-6. run exactly those requests, in order, as the daemon's run queue would;
+6. submit exactly those requests as releases (``submit_releases``: real Dagster backfills,
+   downstream layers included, one publish transaction each) and follow them;
 7. reconcile again: nothing left;
-8. report the backfill (text, and Markdown + PNG under ``DATA_ROOT/reports``) with the
+8. report the release (text, and Markdown + PNG under ``DATA_ROOT/reports``) with the
    published numbers checked against the ground truth.
+
+Runs are executed by Dagster: the demo submits backfills through ``dagster-graphql`` and
+runs ``dagster-daemon`` meanwhile if none serves the instance (``launch.DaemonSupervisor``),
+with the reconciliation sensor stopped by default in it (``BACKFILL_RECONCILE_SENSOR=off``
+unless set), so the demo's own evaluations are the only ones.
 
 It honours ``BACKUP_ROOT``, ``DATA_ROOT`` and ``DAGSTER_HOME``; the runs, checks,
 observations and lineage show in ``make ui``. Running it again regenerates the demo's
@@ -37,11 +44,10 @@ from backfill_assets.cli.main import CommandError
 if TYPE_CHECKING:
     import dagster as dg
 
-    from backfill_assets.launch import LayerRun
+    from backfill_assets.launch import BackfillOutcome, DaemonSupervisor, RunSummary
     from backfill_assets.publishing.publisher import Layer
     from backfill_assets.reporting.expected import Delivery
     from backfill_assets.reporting.report import BackfillReport
-    from backfill_assets.sensors.findings import RangeRequest
     from backfill_assets.settings import Settings
 
 START = "2026-11-20T00"
@@ -52,6 +58,7 @@ SEED = 7
 # The outage: the backup uploads of client 2 (09:00-11:59) and client 3 (10:00) land late.
 OUTAGE = ("2026-11-20T09/2", "2026-11-20T10/2", "2026-11-20T11/2", "2026-11-20T10/3")
 LOG_NAME = "demo.log"
+DAEMON_LOG_NAME = "demo-daemon.log"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -126,23 +133,60 @@ def _check_backup_root(root: str) -> None:
         )
 
 
-def _show(layer_run: LayerRun) -> None:
-    checks = list(layer_run.checks.values())
+def _label(run: RunSummary) -> str:
+    """The layers a run built (from its shadow assets), or ``publish``."""
+    from backfill_assets.launch import LAYERS, PUBLISH_KEY
+    from backfill_assets.layers.registry import LAYERS as REGISTRY
+
+    tables = {asset.replace("/", ".") for asset in run.assets}
+    names = [
+        name
+        for name in LAYERS
+        if name in REGISTRY and tables & {shadow for shadow, _ in REGISTRY[name].pairs}
+    ]
+    if PUBLISH_KEY.to_user_string() in run.assets:
+        names.append("publish")
+    return "+".join(names) or ", ".join(run.assets) or "?"
+
+
+def _show(run: RunSummary) -> None:
+    checks = list(run.checks.values())
     passed = sum(1 for c in checks if c["passed"])
+    span = run.partition_range
+    if ".." in span:
+        first, last = span.split("..")
+        from backfill_assets.partitions import hour_range
+
+        span = f"{span} ({len(hour_range(first, last)):>2} h)"
     print(
-        f"  [{'ok' if layer_run.success else 'FAILED'}] {layer_run.layer:<11} "
-        f"{layer_run.first}..{layer_run.last} ({layer_run.hours:>2} h) in "
-        f"{layer_run.seconds:5.1f}s, checks {passed}/{len(checks)} passed, run "
-        f"{layer_run.run_id}",
+        f"  [{'ok' if run.success else 'FAILED'}] {_label(run):<22} {span} in "
+        f"{run.seconds:5.1f}s, checks {passed}/{len(checks)} passed, run {run.run_id}",
         flush=True,
     )
-    for failure in layer_run.failures:
+    for failure in run.failures:
         print(f"      failure: {failure}")
+
+
+def _follow(
+    instance: dg.DagsterInstance, supervisor: DaemonSupervisor, backfill_id: str
+) -> BackfillOutcome:
+    from backfill_assets import launch
+
+    outcome = launch.follow(instance, backfill_id=backfill_id, supervisor=supervisor, on_run=_show)
+    print(
+        f"  release {backfill_id}: {outcome.status.lower()}, "
+        f"{sum(r.success for r in outcome.runs)} of {len(outcome.runs)} run(s) succeeded",
+        flush=True,
+    )
+    return outcome
 
 
 def run(args: argparse.Namespace) -> int:
     from backfill_assets.settings import Settings
 
+    # The daemon this demo starts must not run the real sensor at the same time as the
+    # demo's own evaluations (set BACKFILL_RECONCILE_SENSOR=on to let it).
+    os.environ.setdefault("BACKFILL_RECONCILE_SENSOR", "off")
     settings = Settings.from_env()
     log_path = Path(settings.data_root) / LOG_NAME
     print(
@@ -150,30 +194,39 @@ def run(args: argparse.Namespace) -> int:
         f"{settings.data_root}\n  DAGSTER_HOME {settings.dagster_home}\n  run logs     "
         f"{log_path}"
     )
+    from backfill_assets import launch
+    from backfill_assets.instance import get_instance
+
     with _quiet(log_path):
-        code = _demo(settings, log_path)
+        instance = get_instance(settings)
+        daemon_log = Path(settings.data_root) / DAEMON_LOG_NAME
+        with launch.DaemonSupervisor(settings, instance, daemon_log) as supervisor:
+            code = _demo(settings, log_path, instance, supervisor)
     logging.getLogger("py4j").setLevel(logging.WARNING)  # its goodbye at interpreter exit
     return code
 
 
-def _demo(settings: Settings, log_path: Path) -> int:
+def _demo(
+    settings: Settings,
+    log_path: Path,
+    instance: dg.DagsterInstance,
+    supervisor: DaemonSupervisor,
+) -> int:
     from backfill_assets import launch, tags
     from backfill_assets.definitions import build_definitions
     from backfill_assets.generator import generate_backups, land_held_back
-    from backfill_assets.instance import get_instance
     from backfill_assets.layers.registry import LAYERS
     from backfill_assets.partitions import hour_range
     from backfill_assets.reporting import expected
-    from backfill_assets.reporting.report import build_report
+    from backfill_assets.reporting.report import BackfillReport, build_report
     from backfill_assets.resources import BACKUPS
-    from backfill_assets.sensors.findings import (
-        REQUEST_ID_TAG,
-        REQUESTED_BY,
-        ReconcileConfig,
-        Window,
-        allowed_outside,
+    from backfill_assets.sensors.findings import ReconcileConfig
+    from backfill_assets.sensors.reconciliation import (
+        Evaluation,
+        evaluate,
+        releases,
+        submit_releases,
     )
-    from backfill_assets.sensors.reconciliation import Evaluation, evaluate
 
     step = _Steps()
     layers = [LAYERS[name] for name in launch.LAYERS if name in LAYERS]
@@ -203,7 +256,6 @@ def _demo(settings: Settings, log_path: Path) -> int:
         seen_live = expected.read_deliveries(settings.backup_root)
 
     defs = build_definitions(settings)
-    instance = get_instance(settings)
     store = defs.resources[BACKUPS]
     keys = {layer.name: launch.layer_keys(defs, layer.name) for layer in layers}
     config = ReconcileConfig.from_env()
@@ -219,26 +271,26 @@ def _demo(settings: Settings, log_path: Path) -> int:
         return evaluation
 
     with step("live run", "Live pipeline over the day (the outage goes unnoticed)"):
-        # Sessions at the day's edges read hours outside the tree: empty, not missing.
-        bounds = Window(tuple(day), START, LAST)
-        outside = sorted(
-            {h for layer in layers for h in allowed_outside(layer.name, START, LAST, bounds)}
+        # One release over the day; the session hours at the day's edges read hours
+        # outside the backup tree, which the IO manager reads as empty.
+        chosen = launch.release_layers([launch.LAYERS[0]])
+        live_id = launch.submit_backfill(
+            settings,
+            launch.release_selection(defs, chosen),
+            day,
+            launch.request_tags(
+                dry_run=False,
+                reason="demo: live pipeline",
+                requested_by="demo",
+                extra={tags.MODE: "live"},
+            ),
+            title=f"demo live {START}..{LAST}",
+            description="demo: live pipeline",
         )
-        runs = launch.launch(
-            defs,
-            instance,
-            [(layer.name, START, LAST) for layer in layers],
-            reason="demo: live pipeline",
-            requested_by="demo",
-            on_run=_show,
-            extra_tags={
-                tags.MODE: "live",
-                tags.ALLOW_MISSING_HOURS: ",".join(outside),
-                REQUEST_ID_TAG: f"demo-live-{time.strftime('%Y%m%dT%H%M%S')}",
-            },
-        )
-        if len(runs) != len(layers) or not all(r.success for r in runs):
-            print(f"the live pipeline failed; see {log_path} and `make ui`")
+        print(f"  submitted release {live_id}: {'+'.join(chosen)} + publish for {START}..{LAST}")
+        live = _follow(instance, supervisor, live_id)
+        if not live.success:
+            print(f"the live pipeline failed; see {log_path}, {supervisor.log_file} and `make ui`")
             return 1
 
     with step("reconcile", "Reconciliation after the live run"):
@@ -256,45 +308,56 @@ def _demo(settings: Settings, log_path: Path) -> int:
     with step("reconcile", "Reconciliation (the sensor's evaluation): findings, requests"):
         evaluation = reconcile()
         assert evaluation.reconciliation is not None
-        requests = evaluation.reconciliation.plan.requests
+        requests = evaluation.requests
         if not requests:
             print("  nothing requested, but the late files changed published hours")
             return 1
+        roots = releases(requests)
 
-    title = f"Backfill the requested ranges ({len(requests)} run(s), in order)"
+    title = f"Backfill the requested ranges ({len(roots)} release(s), Dagster backfills)"
     with step("backfill", title):
-        for request in requests:
-            runs = launch.launch(
-                defs,
-                instance,
-                [(request.layer, request.first, request.last)],
-                reason=request.reason,
-                requested_by=REQUESTED_BY,
-                on_run=_show,
-                extra_tags=request.tags(evaluation.request_id),
+        for request, chain in roots:
+            print(
+                f"  release of {request.layer} {request.first}..{request.last}: "
+                f"{'+'.join(chain)} + publish"
             )
-            if not all(r.success for r in runs):
-                print(f"a backfill run failed; see {log_path} and `make ui`")
+        release_ids = submit_releases(evaluation, settings)
+        print(f"  submitted {', '.join(release_ids)}")
+        for release_id in release_ids:
+            outcome = _follow(instance, supervisor, release_id)
+            if not outcome.success:
+                print(f"a release failed; see {log_path}, {supervisor.log_file} and `make ui`")
                 return 1
 
     with step("reconcile", "Reconciliation again"):
         again = reconcile()
 
-    with step("report", f"Report of backfill {evaluation.request_id}"):
-        report = build_report(instance, layers, backfill_id=evaluation.request_id)
+    ident = release_ids[0] if len(release_ids) == 1 else "+".join(release_ids)
+    with step("report", f"Report of release {ident}"):
+        reports = [build_report(instance, layers, backfill_id=r) for r in release_ids]
+        report = (
+            reports[0]
+            if len(reports) == 1
+            else BackfillReport(
+                f"releases {', '.join(release_ids)}",
+                [run for r in reports for run in r.runs],
+                partitions=[p for r in reports for p in r.partitions],
+                release_id=ident,
+            )
+        )
         lines, truth_ok = _truth_lines(
-            instance, layers, settings.backup_root, requests, seen_live, seen_after, report
+            instance, layers, settings.backup_root, seen_live, seen_after, report
         )
         report.truth = lines
-        markdown, chart = report.write(Path(settings.reports_dir) / evaluation.request_id)
+        markdown, chart = report.write(Path(settings.reports_dir) / ident[:120])
         print(report.text(), end="")
         print(f"written: {markdown} and {chart}")
 
     print(f"\n== {step.summary()}")
     print(
-        f"`make ui` shows the runs, the checks, the lineage and the reconciliation "
-        f"observations (asset raw/payloads, partitions {requests[0].first}.."
-        f"{requests[0].last})."
+        f"`make ui` shows the releases on the Backfills page, their runs, the checks, the "
+        f"lineage and the reconciliation observations (asset raw/payloads, partitions "
+        f"{requests[0].first}..{requests[0].last})."
     )
     assert again.reconciliation is not None
     return 0 if truth_ok and not again.reconciliation.actionable else 1
@@ -304,7 +367,6 @@ def _truth_lines(
     instance: dg.DagsterInstance,
     layers: Sequence[Layer],
     root: str,
-    requests: Sequence[RangeRequest],
     seen_live: Sequence[Delivery],
     seen_after: Sequence[Delivery],
     report: BackfillReport,
@@ -318,9 +380,7 @@ def _truth_lines(
     published = published_from_instance(instance, layers, day)
     lines, ok = [], True
 
-    def compare(
-        label: str, layer: str, actual: dict[str, tuple], truth: dict[str, tuple], what: str
-    ) -> None:
+    def compare(label: str, actual: dict[str, tuple], truth: dict[str, tuple], what: str) -> None:
         nonlocal ok
         good = [h for h in day if actual.get(h) == truth.get(h)]
         ok &= len(good) == len(day)
@@ -331,13 +391,11 @@ def _truth_lines(
         )
 
     if "raw" in published:
-        rows = published["raw"]
         compare(
-            "raw",
             "raw",
             {
                 h: (p.rows.get("raw.payloads", 0), p.rows.get("raw.quarantine", 0))
-                for h, p in rows.items()
+                for h, p in published["raw"].items()
             },
             expected.raw_rows(root),
             "payload rows and quarantined lines per hour",
@@ -345,29 +403,24 @@ def _truth_lines(
     if "transformed" in published:
         compare(
             "transformed",
-            "transformed",
             {h: (p.lines,) for h, p in published["transformed"].items()},
             {h: (n,) for h, n in expected.transformed_rows(seen_after).items()},
             "distinct payloads per received hour",
         )
-    for request in requests:
-        table = next(
-            (
-                t
-                for _, t in next(x for x in layers if x.name == request.layer).pairs
-                if t.endswith(".sessions")
-            ),
-            None,
-        )
+    for layer in layers:
+        table = next((t for t in layer.tables if t.endswith(".sessions")), None)
         if table is None:
             continue
-        hours = hour_range(request.first, request.last)
-        rows = published.get(request.layer, {})
+        mine = [p for p in report.partitions if p.table == table]
+        hours = sorted({p.hour for p in mine})
+        if not hours:
+            continue
+        rows = published_from_instance(instance, [layer], hours).get(layer.name, {})
         before = expected.sessions(seen_live, hours)
         after = expected.sessions(seen_after, hours)
         truth = (sum(len(s) for s in before.values()), sum(len(s) for s in after.values()))
         actual = (
-            sum((p.before or 0) for p in report.partitions if p.table == table and p.hour in hours),
+            sum(p.before or 0 for p in mine),
             sum(rows[h].rows.get(table, 0) for h in hours if h in rows),
         )
         recovered = sum(

@@ -1,10 +1,14 @@
-"""``backfill-assets report``: what a backfill read, wrote, published or held back, and why.
+"""``backfill-assets report``: what a release read, wrote, published or held back, and why.
 
-Prints the report of one run (``--run``) or of every run of a backfill (``--backfill``: a
-Dagster backfill id, or a reconciliation request id), and writes the same as Markdown with
-a PNG chart of rows per hour before and after into ``--out`` (default
-``DATA_ROOT/reports/<id>``). For a dry run the report includes the per-partition diff of the
-shadow version against the published table (this starts Spark; ``--no-diff`` skips it).
+Prints the report of a release (``--backfill``: the Dagster backfill id, which is the
+release id; ``--run``: the release that run belongs to, a run outside a backfill being a
+release of its own): for every table and hour the release wrote, the candidate against what
+is published (a dry run: what publishing it would change; after publishing: what it
+replaced), sessions before and after, checks, time and held-back hours with their reasons.
+It writes the same as Markdown with a PNG chart of rows per hour before and after into
+``--out`` (default ``DATA_ROOT/reports/<id>``). For a dry run the report includes the
+per-partition diff of every candidate against the published table (this starts Spark;
+``--no-diff`` skips it).
 """
 
 from __future__ import annotations
@@ -17,20 +21,25 @@ from backfill_assets.cli.main import CommandError
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     text = (
-        "report what a backfill read, wrote, published or held back and why, rows before "
-        "and after per partition, checks, duration and throughput (text, Markdown, PNG)"
+        "report what a release (a backfill) read, wrote, published or held back and why, "
+        "rows before and after per table and hour, checks, duration and throughput "
+        "(text, Markdown, PNG)"
     )
     p = subparsers.add_parser(
         "report",
         description=text,
-        help="report a run or a backfill: what changed and why (text, Markdown, PNG chart)",
+        help="report a release (backfill): what changed and why (text, Markdown, PNG chart)",
     )
     which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--run", metavar="RUN_ID", help="one run (e.g. a layer run of a backfill)")
+    which.add_argument(
+        "--run",
+        metavar="RUN_ID",
+        help="the release of this run (a run outside a backfill is its own release)",
+    )
     which.add_argument(
         "--backfill",
         metavar="ID",
-        help="every run of a Dagster backfill or of a reconciliation request",
+        help="the release: a Dagster backfill id (dry run or published)",
     )
     p.add_argument(
         "--out",

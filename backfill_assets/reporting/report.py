@@ -1,13 +1,23 @@
-"""Backfill report: what a run, or every run of a backfill, read, wrote, published and why.
+"""Release report: what one release (a Dagster backfill, or one run outside a backfill)
+read, wrote, published or held back, and why.
 
-Everything comes from the Dagster instance (the runs, their materializations, check
-evaluations and failures, and the materializations of the published tables before the
-run), so a report needs no Spark, except the dry-run diff (``reporting.diff``), which
-compares the shadow version with the published table per partition.
+A **release** is everything one Dagster backfill wrote (``tags.release_id``): a candidate
+shadow version per (table, hour) of every layer it rebuilt, and, unless it was a dry run,
+one publish transaction. The report compares, for every table and hour the release wrote,
+the candidate with what is published:
 
-A backfill is either a Dagster backfill (run tag ``dagster/backfill``, launched from the
-UI) or one reconciliation request (run tag ``backfill_assets/request_id``, set by the
-sensor and the demo).
+- **dry run** (nothing of the release published yet): before = what is published now,
+  after = the candidate's rows, status ``would publish`` / ``would be held back`` (the
+  failing checks of the hour), and optionally the per-key diff of the candidate against
+  the published partition (``reporting.diff``, the only part that needs Spark);
+- **published** (by the release's own ``release/publish`` step, or later by
+  ``backfill-assets publish --backfill ID``): before = what was published just before the
+  publish transaction (what it replaced), after = the published rows, status
+  ``published`` / ``unchanged`` / ``held back`` (with the publish step's reasons).
+
+Everything else comes from the Dagster instance: the release's runs (time, failures), their
+shadow materializations (rows per hour, what was read), the check evaluations (with their
+failing hours) and the publish step's per-(table, hour) materializations.
 """
 
 from __future__ import annotations
@@ -35,16 +45,27 @@ from backfill_assets.sensors.state import (
 
 CHART_NAME = "rows_per_hour.png"
 REPORT_NAME = "report.md"
+PUBLISH_ASSET = "release/publish"
 _EVENTS = {
     dg.DagsterEventType.ASSET_MATERIALIZATION,
     dg.DagsterEventType.ASSET_CHECK_EVALUATION,
     dg.DagsterEventType.STEP_FAILURE,
 }
+# (layer, candidate version, hours) -> published table -> hour -> counts
 DiffFn = Callable[[Layer, str, list[str]], Mapping[str, Mapping[str, DiffCounts]]]
+_READ_KEYS = (
+    "input_files",
+    "input_bytes",
+    "manifest_records_per_hour",
+    "backup_problems",
+    "source_table",
+    "received_hours_read",
+    "allowed_missing_hours",
+)
 
 
 class ReportError(ValueError):
-    """No such run or backfill; the message says what was looked for."""
+    """No such run or release; the message says what was looked for."""
 
 
 @dataclass(frozen=True)
@@ -59,7 +80,7 @@ class CheckOutcome:
 
 @dataclass(frozen=True)
 class PartitionRows:
-    """Rows of a published table at an hour before and after the run, and what happened."""
+    """Rows of a published table at an hour before and after the release, and what happened."""
 
     layer: str
     table: str
@@ -78,6 +99,8 @@ class PartitionRows:
 
 @dataclass
 class RunSummary:
+    """One run of the release: what it read, wrote, checked, and how long it took."""
+
     run_id: str
     status: str
     layers: list[str]
@@ -88,9 +111,8 @@ class RunSummary:
     read: dict[str, Any] = field(default_factory=dict)
     written: list[dict[str, Any]] = field(default_factory=list)
     checks: list[CheckOutcome] = field(default_factory=list)
-    partitions: list[PartitionRows] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
-    diff: dict[str, dict[str, DiffCounts]] | None = None
+    publishes: bool = False  # the run ran ``release/publish``
 
     @property
     def dry_run(self) -> bool:
@@ -127,71 +149,76 @@ def _plain(value: Any) -> Any:
     return getattr(value, "value", value)
 
 
+def _table_of(key: dg.AssetKey) -> str:
+    return key.to_user_string().replace("/", ".")
+
+
+@dataclass
+class _Collected:
+    """What the runs' event logs say, beyond each run's summary."""
+
+    published: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    published_at: float | None = None
+    held: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # (layer, hour)
+
+
 def collect_run(
     instance: dg.DagsterInstance,
-    run_id: str,
+    record: dg.RunRecord,
     layers: Sequence[Layer],
-    diff: DiffFn | None = None,
+    release_id: str,
+    collected: _Collected,
 ) -> RunSummary:
-    """Everything the report says about one run (``diff``: computes the dry-run diff)."""
-    record = instance.get_run_record_by_id(run_id)
-    if record is None:
-        raise ReportError(f"no run {run_id!r} in the Dagster instance ({instance.root_directory})")
+    """One run's summary; publish facts of ``release_id`` go into ``collected``."""
     run = record.dagster_run
-    manifest = tags.run_manifest(run.tags)
-    manifest = {k: v or "" for k, v in manifest.items()}
+    manifest = {k: v or "" for k, v in tags.run_manifest(run.tags).items()}
     manifest["request_id"] = run.tags.get(REQUEST_ID_TAG, "")
-    selection = {key.to_user_string().replace("/", ".") for key in run.asset_selection or ()}
-    involved = (
-        [layer for layer in layers if selection & {t for pair in layer.pairs for t in pair}]
-        if selection
-        else []
-    )
+    manifest["release_id"] = tags.release_id(run.tags, run.run_id)
+    selection = {_table_of(key) for key in run.asset_selection or ()}
     summary = RunSummary(
-        run_id=run_id,
+        run_id=run.run_id,
         status=run.status.value,
-        layers=[layer.name for layer in involved],
+        layers=[
+            layer.name for layer in layers if selection & {t for pair in layer.pairs for t in pair}
+        ],
         hours=_run_hours(run.tags),
         manifest=manifest,
         started=record.start_time,
         ended=record.end_time,
+        publishes=PUBLISH_ASSET.replace("/", ".") in selection,
     )
-    shadow_tables = {
-        shadow: (layer, published) for layer in involved for shadow, published in layer.pairs
-    }
-    published_tables = {published: layer for layer in involved for _, published in layer.pairs}
-    after: dict[tuple[str, str], dict[str, Any]] = {}
-    held: dict[str, list[str]] = {}
-    for entry in instance.all_logs(run_id, of_type=_EVENTS):
+    shadows = {shadow for layer in layers for shadow, _ in layer.pairs}
+    published = {table for layer in layers for table in layer.tables}
+    for entry in instance.all_logs(run.run_id, of_type=_EVENTS):
         event = entry.dagster_event
         if event is None:
             continue
         if entry.asset_materialization is not None:
             mat = entry.asset_materialization
-            table = mat.asset_key.to_user_string().replace("/", ".")
-            if table in shadow_tables and not any(w["table"] == table for w in summary.written):
-                meta = mat.metadata
+            table, meta = _table_of(mat.asset_key), mat.metadata
+            if table in shadows and not any(w["table"] == table for w in summary.written):
                 summary.written.append(
                     {
                         "table": table,
-                        "version": metadata_value(meta, "version") or run_id,
+                        "version": metadata_value(meta, "version") or run.run_id,
                         "rows": metadata_value(meta, "rows_written") or 0,
-                        "per_hour": metadata_value(meta, "rows_per_hour") or {},
+                        "per_hour": dict(metadata_value(meta, "rows_per_hour") or {}),
                     }
                 )
-                for key in (
-                    "input_files",
-                    "input_bytes",
-                    "manifest_records_per_hour",
-                    "backup_problems",
-                    "source_table",
-                    "received_hours_read",
-                    "allowed_missing_hours",
-                ):
+                for key in _READ_KEYS:
                     if key in meta and key not in summary.read:
                         summary.read[key] = metadata_value(meta, key)
-            elif table in published_tables and mat.partition:
-                after[(table, mat.partition)] = partition_facts(mat.metadata, mat.partition)
+            elif table in published and mat.partition:
+                if (metadata_value(meta, "release_id") or release_id) != release_id:
+                    continue
+                facts = partition_facts(meta, mat.partition)
+                if facts["status"] not in ("published", "unchanged"):
+                    continue
+                facts["previous_location"] = metadata_value(meta, "previous_location") or ""
+                collected.published[(table, mat.partition)] = facts
+                stamp = entry.timestamp
+                if collected.published_at is None or stamp < collected.published_at:
+                    collected.published_at = stamp
         elif entry.asset_check_evaluation is not None:
             check = entry.asset_check_evaluation
             failing = _plain(check.metadata.get("failing_hours")) or {}
@@ -215,64 +242,66 @@ def collect_run(
                 else (error.message.strip().splitlines()[0] if error else "step failed")
             )
             summary.failures.append(f"{event.step_key}: {text}")
-            for hour, reasons in dict(
-                _plain((user.metadata if user else {}).get("held_back")) or {}
-            ).items():
-                held[hour] = list(reasons)
-
-    check_failures: dict[str, list[str]] = {}
-    for check in summary.checks:
-        for hour, why in check.failing.items():
-            check_failures.setdefault(hour, []).append(f"{check.name}: {why}")
-    for table, layer in published_tables.items():
-        before = latest_by_partition(
-            instance, asset_key(table), summary.hours, before=summary.started
-        )
-        shadow_rows = next(
-            (
-                w["per_hour"]
-                for w in summary.written
-                if shadow_tables.get(w["table"], (None, ""))[1] == table
-            ),
-            {},
-        )
-        for hour in summary.hours:
-            was = before[hour]["rows"] if hour in before else None
-            reasons = held.get(hour) or check_failures.get(hour) or []
-            if summary.dry_run:
-                now = shadow_rows.get(hour)
-                status = "would be held back" if reasons else "would publish"
-            elif (table, hour) in after:
-                now, status = after[(table, hour)]["rows"], after[(table, hour)]["status"]
-            else:
-                now = was
-                status = "held back" if reasons else f"not published (run {summary.status})"
-            summary.partitions.append(
-                PartitionRows(layer.name, table, hour, was, now, status, "; ".join(reasons))
-            )
-    if summary.dry_run and diff is not None:
-        summary.diff = {}
-        for layer in involved:
-            summary.diff.update({t: dict(d) for t, d in diff(layer, run_id, summary.hours).items()})
+            held = _plain((user.metadata if user else {}).get("held_back")) or {}
+            for key, reasons in dict(held).items():
+                layer, _, hour = str(key).partition(" ")
+                collected.held[(layer, hour)] = [str(r) for r in reasons]
     return summary
 
 
-def runs_of_backfill(instance: dg.DagsterInstance, backfill_id: str) -> list[str]:
-    """Run ids of a Dagster backfill or of a reconciliation request, oldest first."""
-    runs = []
-    for tag in (tags.DAGSTER_BACKFILL, REQUEST_ID_TAG):
-        runs += instance.get_run_records(filters=dg.RunsFilter(tags={tag: backfill_id}))
-    if not runs:
-        raise ReportError(
-            f"no runs tagged {tags.DAGSTER_BACKFILL} or {REQUEST_ID_TAG} = "
-            f"{backfill_id!r} in the Dagster instance ({instance.root_directory})"
-        )
-    unique = {r.dagster_run.run_id: r for r in runs}
+def _records(instance: dg.DagsterInstance, release_id: str) -> list[dg.RunRecord]:
+    records = []
+    for tag in (tags.DAGSTER_BACKFILL, tags.RELEASE, REQUEST_ID_TAG):
+        records += instance.get_run_records(filters=dg.RunsFilter(tags={tag: release_id}))
+    own = instance.get_run_record_by_id(release_id)  # a run outside a backfill
+    if own is not None and tags.release_id(own.dagster_run.tags, release_id) == release_id:
+        records.append(own)
+    return records
 
+
+def _publishers(
+    instance: dg.DagsterInstance, release_id: str, tables: Sequence[str], hours: Sequence[str]
+) -> list[str]:
+    """Runs that published ``release_id`` although they are not part of it (``publish
+    --backfill ID`` of a dry run is a backfill of its own)."""
+    runs: set[str] = set()
+    if not hours:
+        return []
+    for table in tables:
+        page = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=asset_key(table), asset_partitions=list(hours)),
+            limit=1000,
+        )
+        for record in page.records:
+            mat = record.asset_materialization
+            if mat is not None and metadata_value(mat.metadata, "release_id") == release_id:
+                runs.add(record.run_id)
+    return sorted(runs)
+
+
+def runs_of_release(instance: dg.DagsterInstance, release_id: str) -> list[dg.RunRecord]:
+    """Run records of a release (a Dagster backfill, a release tag, or a single run),
+    oldest first."""
+    unique = {r.dagster_run.run_id: r for r in _records(instance, release_id)}
+    if not unique:
+        raise ReportError(
+            f"no release {release_id!r}: no run tagged {tags.DAGSTER_BACKFILL} or "
+            f"{tags.RELEASE} with it, and no such run, in the Dagster instance "
+            f"({instance.root_directory})"
+        )
+    return _by_start(unique.values())
+
+
+def _by_start(records) -> list[dg.RunRecord]:
     def started(record: dg.RunRecord) -> float:
         return record.start_time or record.create_timestamp.timestamp()
 
-    return [r.dagster_run.run_id for r in sorted(unique.values(), key=started)]
+    return sorted(records, key=started)
+
+
+def runs_of_backfill(instance: dg.DagsterInstance, backfill_id: str) -> list[str]:
+    """Run ids of a release, oldest first (kept for callers of the old name)."""
+    return [r.dagster_run.run_id for r in runs_of_release(instance, backfill_id)]
 
 
 # ------------------------------------------------------------------------------ render
@@ -300,15 +329,16 @@ def _num(value: int | None, signed: bool = False) -> str:
 
 @dataclass
 class BackfillReport:
-    """The report of one or more runs (a backfill), rendered as text, Markdown and a chart."""
+    """The report of a release: its partitions (candidate vs published), its runs, and the
+    rendering as text, Markdown and a chart."""
 
     ident: str
     runs: list[RunSummary]
+    partitions: list[PartitionRows] = field(default_factory=list)
+    diff: dict[str, dict[str, DiffCounts]] | None = None
     truth: list[str] = field(default_factory=list)  # extra lines (the demo's ground truth)
-
-    @property
-    def partitions(self) -> list[PartitionRows]:
-        return [p for run in self.runs for p in run.partitions]
+    release_id: str = ""
+    dry_run: bool = False  # nothing of the release is published (yet)
 
     def _sessions(self) -> tuple[int, int, int] | None:
         rows = [
@@ -323,6 +353,10 @@ class BackfillReport:
         after = sum(p.after or 0 for p in rows)
         return before, after, len({p.hour for p in rows})
 
+    def _differs(self, p: PartitionRows) -> bool:
+        d = (self.diff or {}).get(p.table, {}).get(p.hour)
+        return p.after != p.before or (d is not None and d.differs)
+
     def headline(self) -> list[str]:
         """The summary lines: hours repaired, sessions, checks, time and throughput."""
         seconds = sum(r.seconds or 0 for r in self.runs)
@@ -331,11 +365,15 @@ class BackfillReport:
         lines = []
         for layer in dict.fromkeys(p.layer for p in self.partitions):
             mine = [p for p in self.partitions if p.layer == layer]
-            changed = {p.hour for p in mine if p.status == "published" and p.after != p.before}
             published = {p.hour for p in mine if p.status == "published"}
-            same = {p.hour for p in mine if p.status == "unchanged"}
-            held = {p.hour for p in mine if "held back" in p.status}
+            changed = {p.hour for p in mine if p.status == "published" and self._differs(p)}
             would = {p.hour for p in mine if p.status == "would publish"}
+            would_change = {
+                p.hour for p in mine if p.status == "would publish" and self._differs(p)
+            }
+            same = {p.hour for p in mine if p.status == "unchanged"} - published
+            held = {p.hour for p in mine if "held back" in p.status}
+            other = {p.hour for p in mine if p.status.startswith("not published")}
             parts = []
             if published:
                 parts.append(
@@ -343,11 +381,17 @@ class BackfillReport:
                     f"different rows" + (f" ({describe_hours(changed)})" if changed else "")
                 )
             if would:
-                parts.append(f"{len(would)} hour(s) would be published (dry run)")
+                parts.append(
+                    f"{len(would)} hour(s) would be published (dry run), {len(would_change)} "
+                    f"with different rows"
+                    + (f" ({describe_hours(would_change)})" if would_change else "")
+                )
             if same:
                 parts.append(f"{len(same)} unchanged")
             if held:
                 parts.append(f"{len(held)} held back ({describe_hours(held)})")
+            if other:
+                parts.append(f"{len(other)} not published ({describe_hours(other)})")
             lines.append(f"{layer}: " + ("; ".join(parts) or "nothing published"))
         sessions = self._sessions()
         if sessions:
@@ -373,13 +417,25 @@ class BackfillReport:
         )
         return lines
 
+    def held_back(self) -> list[str]:
+        """One line per held-back (layer, hour) with its reasons."""
+        seen: dict[tuple[str, str], str] = {}
+        for p in self.partitions:
+            if "held back" in p.status and (p.layer, p.hour) not in seen:
+                seen[(p.layer, p.hour)] = p.reason
+        return [
+            f"held back: {layer} {hour}" + (f": {reason}" if reason else "")
+            for (layer, hour), reason in sorted(seen.items())
+        ]
+
     def _run_lines(self, run: RunSummary, md: bool) -> list[str]:
         m = run.manifest
         took = f"{run.seconds:,.1f} s" if run.seconds is not None else "-"
-        head = (
-            f"run {run.run_id} - {', '.join(run.layers) or '?'} {run.span} - "
-            f"{run.status} - mode {m.get('mode') or '-'} - {took}"
-        )
+        what = ", ".join(run.layers) or ("publish" if run.publishes else "?")
+        if run.publishes and run.layers:
+            what += " + publish"
+        head = f"run {run.run_id} - {what} {run.span} - {run.status} - mode {m.get('mode') or '-'}"
+        head += f" - {took}"
         out = [f"### {head}" if md else head]
         bullet = "- " if md else "  "
         out.append(
@@ -398,11 +454,12 @@ class BackfillReport:
                 f"{sum(records.values()):,} manifest record(s); backup problems: "
                 f"{len(problems) or 'none'}"
             )
-        elif read.get("source_table"):  # a layer that reads a published table
+        elif read.get("source_table"):  # a layer that reads an upstream layer
             window = read.get("received_hours_read")
             empty = read.get("allowed_missing_hours") or []
             out.append(
-                f"{bullet}read: published {read['source_table']}"
+                f"{bullet}read: {read['source_table']} (this release's candidates where it "
+                f"rebuilt the hour, else published)"
                 + (f", received hours {window}" if window else "")
                 + (f"; read as empty (outside the data): {describe_hours(empty)}" if empty else "")
             )
@@ -416,7 +473,7 @@ class BackfillReport:
             out.append(f"{bullet}check {c.name} on {c.asset}: {verdict} - {c.description}")
         for failure in run.failures:
             out.append(f"{bullet}failure: {failure}")
-        if run.seconds:
+        if run.seconds and run.rows_written:
             size = read.get("input_bytes") or 0
             per_hour = run.seconds / len(run.hours) if run.hours else run.seconds
             out.append(
@@ -424,6 +481,9 @@ class BackfillReport:
                 f"{per_hour:,.1f} s per partition-hour"
                 + (f", {_bytes(size / run.seconds)}/s read" if size else "")
             )
+        return out
+
+    def _partition_lines(self, md: bool) -> list[str]:
         header = ["hour", "table", "before", "after", "change", "status"]
         rows = [
             [
@@ -434,29 +494,38 @@ class BackfillReport:
                 _num(p.change, True),
                 p.status + (f": {p.reason}" if p.reason else ""),
             ]
-            for p in run.partitions
+            for p in self.partitions
         ]
-        if run.diff:
+        if self.diff:
             header += ["added", "removed", "changed"]
-            for row, p in zip(rows, run.partitions, strict=True):
-                d = run.diff.get(p.table, {}).get(p.hour)
+            for row, p in zip(rows, self.partitions, strict=True):
+                d = self.diff.get(p.table, {}).get(p.hour)
                 row += [_num(d.added), _num(d.removed), _num(d.changed)] if d else ["-"] * 3
-        if rows:
-            out.append("" if md else f"{bullet}partitions:")
-            out += _table(header, rows, md, indent="" if md else "    ")
-        return out
+        if not rows:
+            return []
+        return _table(header, rows, md, indent="" if md else "  ")
 
     def text(self) -> str:
-        lines = [f"Backfill report: {self.ident}", *self.headline(), *self.truth, ""]
+        lines = [f"Backfill report: {self.ident}", *self.headline(), *self.truth]
+        lines += self.held_back()
+        partitions = self._partition_lines(md=False)
+        if partitions:
+            what = "candidate vs published" if self.dry_run else "published before vs after"
+            lines += ["", f"partitions ({what}):", *partitions]
+        lines.append("")
         for run in self.runs:
             lines += [*self._run_lines(run, md=False), ""]
         return "\n".join(lines).rstrip() + "\n"
 
     def markdown(self, chart: str | None = CHART_NAME) -> str:
         lines = [f"# Backfill report: {self.ident}", "", "## Summary", ""]
-        lines += [f"- {line}" for line in [*self.headline(), *self.truth]]
+        lines += [f"- {line}" for line in [*self.headline(), *self.truth, *self.held_back()]]
         if chart:
             lines += ["", f"![rows per hour, before and after]({chart})"]
+        partitions = self._partition_lines(md=True)
+        if partitions:
+            what = "candidate vs published" if self.dry_run else "published before vs after"
+            lines += ["", f"## Partitions ({what})", "", *partitions]
         lines += ["", "## Runs", ""]
         for run in self.runs:
             lines += [*self._run_lines(run, md=True), ""]
@@ -505,6 +574,113 @@ def _table(header: list[str], rows: list[list[str]], md: bool, indent: str) -> l
     return [fmt(header), *(fmt(r) for r in rows)]
 
 
+# ------------------------------------------------------------------------------ release
+
+
+def _just_before(epoch: float | None) -> float | None:
+    """A moment before the publish transaction's first event (what it replaced)."""
+    return None if epoch is None else epoch - 0.001
+
+
+def _check_reasons(runs: Sequence[RunSummary], layer: Layer) -> dict[str, list[str]]:
+    """Hour -> failing checks of ``layer``'s shadows in the release's runs."""
+    shadows = {shadow for shadow, _ in layer.pairs}
+    reasons: dict[str, list[str]] = {}
+    for run in runs:
+        for check in run.checks:
+            if check.asset.replace("/", ".") not in shadows:
+                continue
+            for hour, why in check.failing.items():
+                reasons.setdefault(hour, []).append(f"{check.name}: {why}")
+    return reasons
+
+
+def collect_release(
+    instance: dg.DagsterInstance,
+    release_id: str,
+    layers: Sequence[Layer],
+    *,
+    diff: DiffFn | None = None,
+    ident: str | None = None,
+) -> BackfillReport:
+    """The report of release ``release_id`` (``diff``: per-key diff of a dry run)."""
+    records = runs_of_release(instance, release_id)
+    collected = _Collected()
+    runs = [collect_run(instance, r, layers, release_id, collected) for r in records]
+    written = {w["table"]: w for run in runs for w in run.written}
+    hours_of = {
+        layer.name: sorted(
+            {
+                h
+                for shadow, _ in layer.pairs
+                for h in (written.get(shadow) or {}).get("per_hour", {})
+            }
+        )
+        for layer in layers
+    }
+    # Publish runs outside the release (publishing a dry run by id or range).
+    tables = [t for layer in layers for t in layer.tables]
+    all_hours = sorted({h for hours in hours_of.values() for h in hours})
+    known = {r.run_id for r in runs}
+    extra = [
+        rid for rid in _publishers(instance, release_id, tables, all_hours) if rid not in known
+    ]
+    for rid in extra:
+        record = instance.get_run_record_by_id(rid)
+        if record is not None:
+            runs.append(collect_run(instance, record, layers, release_id, collected))
+    runs.sort(key=lambda r: r.started or 0)
+    publish_runs = [r for r in runs if r.publishes]
+    dry_run = not collected.published and not publish_runs
+    report = BackfillReport(
+        ident or f"release {release_id}", runs, release_id=release_id, dry_run=dry_run
+    )
+    publish_failures = [f for r in publish_runs for f in r.failures]
+    for layer in layers:
+        hours = hours_of[layer.name]
+        if not hours:
+            continue
+        checks = _check_reasons(runs, layer)
+        for shadow, table in layer.pairs:
+            candidate = (written.get(shadow) or {}).get("per_hour", {})
+            before = latest_by_partition(
+                instance,
+                asset_key(table),
+                hours,
+                before=None if dry_run else _just_before(collected.published_at),
+            )
+            for hour in hours:
+                was = before[hour]["rows"] if hour in before else None
+                held = collected.held.get((layer.name, hour))
+                reasons = held or checks.get(hour) or []
+                if dry_run:
+                    now = candidate.get(hour)
+                    status = "would be held back" if reasons else "would publish"
+                elif (table, hour) in collected.published:
+                    facts = collected.published[(table, hour)]
+                    now, status, reasons = facts["rows"], facts["status"], []
+                elif held is not None or reasons:
+                    now, status = was, "held back"
+                else:
+                    now = was
+                    status = "not published"
+                    reasons = publish_failures[:1] or [
+                        "no publish step ran (publish the release with "
+                        f"`backfill-assets publish --backfill {release_id}`)"
+                    ]
+                report.partitions.append(
+                    PartitionRows(layer.name, table, hour, was, now, status, "; ".join(reasons))
+                )
+    if dry_run and diff is not None:
+        report.diff = {}
+        for layer in layers:
+            version = (written.get(layer.checked_table) or {}).get("version")
+            if version and hours_of[layer.name]:
+                result = diff(layer, str(version), hours_of[layer.name])
+                report.diff.update({t: dict(d) for t, d in result.items()})
+    return report
+
+
 def build_report(
     instance: dg.DagsterInstance,
     layers: Sequence[Layer],
@@ -513,9 +689,17 @@ def build_report(
     backfill_id: str | None = None,
     diff: DiffFn | None = None,
 ) -> BackfillReport:
-    """The report of ``run_id``, or of every run of ``backfill_id``."""
+    """The report of release ``backfill_id``, or of the release ``run_id`` belongs to (a run
+    outside a backfill is a release of its own)."""
     if (run_id is None) == (backfill_id is None):
         raise ReportError("give a run id or a backfill id (exactly one)")
-    run_ids = [run_id] if run_id else runs_of_backfill(instance, backfill_id or "")
-    ident = f"run {run_id}" if run_id else f"backfill {backfill_id}"
-    return BackfillReport(ident, [collect_run(instance, r, layers, diff) for r in run_ids])
+    if run_id is not None:
+        record = instance.get_run_record_by_id(run_id)
+        if record is None:
+            raise ReportError(
+                f"no run {run_id!r} in the Dagster instance ({instance.root_directory})"
+            )
+        release = tags.release_id(record.dagster_run.tags, run_id)
+        ident = f"run {run_id}" + (f" (release {release})" if release != run_id else "")
+        return collect_release(instance, release, layers, diff=diff, ident=ident)
+    return collect_release(instance, backfill_id or "", layers, diff=diff)

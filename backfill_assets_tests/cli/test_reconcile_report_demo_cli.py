@@ -48,7 +48,7 @@ def test_report_of_an_unknown_run_or_backfill(
     assert "no run 'no-such-run' in the Dagster instance" in capsys.readouterr().err
     assert main(["report", "--backfill", "nope"]) == 2
     err = capsys.readouterr().err
-    assert "no runs tagged dagster/backfill or backfill_assets/request_id = 'nope'" in err
+    assert "no release 'nope': no run tagged dagster/backfill or backfill_assets/release" in err
     with pytest.raises(SystemExit):
         main(["report"])  # one of --run / --backfill is required
 

@@ -1,4 +1,4 @@
-"""Raw layer end to end on real Spark, metastore and Dagster instance (issue 3)."""
+"""Raw layer end to end on real Spark, metastore and Dagster instance (issue 3), as releases."""
 
 import json
 from pathlib import Path
@@ -38,37 +38,55 @@ def locations(spark, table: str = "raw.payloads") -> dict[str, str | None]:
     return {hour: partition_location(spark, table, hour) for hour in HOURS}
 
 
+def published_event(instance, hour: str, key: dg.AssetKey = PAYLOADS) -> dict:
+    """Metadata of the newest publish materialization of ``key`` at ``hour``."""
+    record = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=key, asset_partitions=[hour]), limit=1
+    ).records[0]
+    return {k: v.value for k, v in record.asset_materialization.metadata.items()}
+
+
+RAW_ONLY = {"downstream": False}  # these tests are about the raw layer alone
+
+
 def test_range_runs_once_and_publishes_exactly_the_valid_lines(
-    spark, make_backups, run_layers, instance, capsys
+    spark, make_backups, run_release, instance, capsys
 ):
     backups = make_backups(malformed_rate=0.05, duplicate_rate=0.05)
     valid, malformed = read_tree_lines(backups)
     assert malformed and len(valid) != len({v[0] for v in valid}), "tree must have junk + dups"
 
-    runs = run_layers(backups, [("raw", FIRST, LAST)])
+    release = run_release(backups, FIRST, LAST, **RAW_ONLY)
 
-    assert [r.success for r in runs] == [True], runs[0].failures
+    assert release.success, release.failures
     assert published_rows(spark) == sorted(valid)  # duplicates kept: faithful typed copy
     quarantined = spark.table("raw.quarantine").select("file", "line_number", "reason").collect()
     assert sorted((r.file, r.line_number) for r in quarantined) == sorted(malformed)
     assert all(r.reason for r in quarantined)
     assert instance.get_materialized_partitions(PAYLOADS) == set(HOURS)
-    assert len(instance.get_runs()) == 1  # the whole range in ONE run
+    raw_run = release.run_of("shadow/raw_payloads")
+    # the whole range in ONE run, then the release's one publish step
+    assert len(instance.get_runs()) == len(release.runs) == 2
+    assert raw_run.partition_range == f"{FIRST}..{LAST}"
 
     shadow = instance.get_latest_materialization_event(SHADOW_PAYLOADS).asset_materialization
     lineage = {k: v.value for k, v in shadow.metadata.items()}
-    assert lineage["run_id"] == runs[0].run_id and lineage["code_version"] == CODE_VERSION
+    assert lineage["run_id"] == raw_run.run_id and lineage["code_version"] == CODE_VERSION
     assert lineage["partition_range"] == f"{FIRST}..{LAST}"
+    assert lineage["release_id"] == release.release_id
     assert lineage["input_files"] == len(lineage["input_files_list"]) > 0
     assert all(len(f["sha256"]) == 64 for f in lineage["input_files_list"])
     assert sum(lineage["manifest_records_per_hour"].values()) == len(valid) + len(malformed)
     assert sum(lineage["rows_per_hour"].values()) == len(valid)
     assert set(lineage["checksum_per_hour"]) == set(HOURS)
     assert lineage["rows_per_second"] > 0 and "location" in lineage
-    published = instance.get_latest_materialization_event(PAYLOADS).asset_materialization
-    per_hour = published.metadata["published"].value
-    assert set(per_hour) == set(HOURS)
-    assert all(f"version={runs[0].run_id}" in v["new_location"] for v in per_hour.values())
+    # one materialization per published (table, hour), all of one transaction
+    events = [published_event(instance, hour) for hour in HOURS]
+    assert all(e["status"] == "published" for e in events)
+    assert all(e["release_id"] == release.release_id for e in events)
+    assert all(f"version={raw_run.run_id}" in e["new_location"] for e in events)
+    assert len({e["txn_id"] for e in events}) == 1 and events[0]["txn_id"]
+    assert sum(int(e["row_count"]) for e in events) == len(valid)
 
     from backfill_assets.cli.main import main
 
@@ -90,12 +108,14 @@ def test_range_runs_once_and_publishes_exactly_the_valid_lines(
 
 
 def test_rerun_is_idempotent_and_rollback_restores_previous_version(
-    spark, make_backups, run_layers, base_settings
+    spark, make_backups, run_release, base_settings
 ):
     backups = make_backups()
-    run_layers(backups, [("raw", FIRST, LAST)])
+    first = run_release(backups, FIRST, LAST, **RAW_ONLY)
+    assert first.success, first.failures
     first_rows, first_locations = published_rows(spark), locations(spark)
-    run_layers(backups, [("raw", FIRST, LAST)])
+    second = run_release(backups, FIRST, LAST, **RAW_ONLY)
+    assert second.success, second.failures
     second_locations = locations(spark)
 
     assert published_rows(spark) == first_rows
@@ -106,17 +126,25 @@ def test_rerun_is_idempotent_and_rollback_restores_previous_version(
         checksums.setdefault((row.table_name, row.hour), set()).add(row.checksum)
     assert all(len(values) == 1 for values in checksums.values()), "same input, same checksum"
 
-    publisher.rollback(
-        spark,
-        base_settings.warehouse_dir,
-        LAYER,
-        "2026-11-20T01",
-        run_id="rollback-test",
-        manifest={"reason": "test"},
-    )
-    after = locations(spark)
-    assert after["2026-11-20T01"] == first_locations["2026-11-20T01"]
-    assert after["2026-11-20T02"] == second_locations["2026-11-20T02"]
+    def rollback(hour: str) -> str:
+        released, _ = publisher.rollback_release(
+            spark,
+            base_settings.warehouse_dir,
+            [LAYER],
+            hour=hour,
+            layer="raw",
+            run_id="rollback-test",
+            manifest={"reason": "test"},
+        )
+        return released
+
+    # Rolling back at one hour rolls back the release published there, in every hour.
+    assert rollback("2026-11-20T01") == second.release_id
+    assert locations(spark) == first_locations
+    assert locations(spark, "raw.quarantine") == {
+        h: loc.replace("raw_payloads", "raw_quarantine") if loc else loc
+        for h, loc in first_locations.items()
+    }
     events = [
         r.mode
         for r in audit.read(spark, audit.PUBLICATIONS)
@@ -130,13 +158,18 @@ def test_rerun_is_idempotent_and_rollback_restores_previous_version(
     ]
     assert events == ["publish", "publish", "rollback"]
     assert publisher.verify(spark, ["raw.payloads", "raw.quarantine"]) == []
+    # A second rollback walks one step further back: the first-ever publish, removed.
+    assert rollback("2026-11-20T01") == first.release_id
+    assert locations(spark) == dict.fromkeys(HOURS)
+    assert publisher.verify(spark, ["raw.payloads", "raw.quarantine"]) == []
 
 
 def test_failing_hour_is_held_back_and_named_while_others_publish(
-    spark, make_backups, run_layers, instance
+    spark, make_backups, run_release, instance
 ):
     backups = make_backups()
-    run_layers(backups, [("raw", FIRST, LAST)])
+    first = run_release(backups, FIRST, LAST, **RAW_ONLY)
+    assert first.success, first.failures
     before_rows, before = published_rows(spark), locations(spark)
     bad_hour = "2026-11-20T01"
     part = next((backups / "raw/date=2026-11-20/hour=01").glob("client_id=*/part-*.jsonl.zst"))
@@ -144,19 +177,22 @@ def test_failing_hour_is_held_back_and_named_while_others_publish(
     data[len(data) // 2] ^= 0xFF  # bit rot: digest no longer matches the manifest
     part.write_bytes(bytes(data))
 
-    runs = run_layers(backups, [("raw", FIRST, LAST)])
+    release = run_release(backups, FIRST, LAST, **RAW_ONLY)
 
-    assert not runs[0].success
-    check = runs[0].checks[MANIFEST_RECONCILIATION]
+    assert not release.success
+    check = release.checks[MANIFEST_RECONCILIATION]
     assert not check["passed"] and bad_hour in check["description"]
-    assert any(bad_hour in failure for failure in runs[0].failures)
+    assert any(bad_hour in failure for failure in release.failures)
     after = locations(spark)
     assert after[bad_hour] == before[bad_hour]  # published partition unchanged
     assert all(after[h] != before[h] for h in HOURS if h != bad_hour)
     bad_rows = [r for r in before_rows if r[1] // 3_600_000 == before_rows[0][1] // 3_600_000 + 1]
     assert [r for r in published_rows(spark) if r in bad_rows] == bad_rows
-    status = instance.get_status_by_partition(PAYLOADS, HOURS, LAYER_PARTITIONS())
-    assert status[bad_hour] == dg.AssetPartitionStatus.FAILED
+    # The catalog shows per partition which release is published: the held-back hour keeps
+    # the previous one.
+    on_top = {h: published_event(instance, h)["release_id"] for h in HOURS}
+    assert on_top[bad_hour] == first.release_id
+    assert {on_top[h] for h in HOURS if h != bad_hour} == {release.release_id}
     corrupt = (
         spark.table("shadow.raw_quarantine")
         .where(F.col("reason").startswith("file_digest_mismatch"))
@@ -165,30 +201,27 @@ def test_failing_hour_is_held_back_and_named_while_others_publish(
     assert corrupt == 1
 
 
-def LAYER_PARTITIONS():
-    from backfill_assets.partitions import hourly_partitions
-
-    return hourly_partitions
-
-
 def test_dry_run_publishes_nothing_then_publish_uses_the_checked_versions(
-    spark, make_backups, run_layers
+    spark, make_backups, run_release
 ):
     backups = make_backups()
-    dry = run_layers(backups, [("raw", FIRST, LAST)], steps="shadow")
-    assert dry[0].success and set(dry[0].checks) == set(LAYER.checks)
+    dry = run_release(backups, FIRST, LAST, publish=False, **RAW_ONLY)
+    assert dry.success and set(dry.checks) == set(LAYER.checks)
     assert not spark.catalog.tableExists("raw.payloads")
 
-    published = run_layers(backups, [("raw", FIRST, LAST)], steps="publish")
+    published = run_release(backups, FIRST, LAST, publish_only=dry.release_id)
 
-    assert published[0].success
-    assert all(f"version={dry[0].run_id}" in loc for loc in locations(spark).values())
+    assert published.success, published.failures
+    assert [r.assets for r in published.runs] == [["release/publish"]]  # nothing rebuilt
+    version = dry.run_of("shadow/raw_payloads").run_id
+    assert all(f"version={version}" in loc for loc in locations(spark).values())
     row = audit.read(spark, audit.PUBLICATIONS).where(F.col("phase") == "commit").first()
-    assert row.version == dry[0].run_id and row.mode == "publish"
+    assert row.version == version and row.mode == "publish"
+    assert row.backfill_id == dry.release_id
 
 
 def test_bad_input_is_quarantined_or_held_back_with_named_reasons(
-    spark, tmp_path: Path, run_layers
+    spark, tmp_path: Path, run_release
 ):
     good = (
         '{"payload_id":"p%d","client_id":1,"user_id":"u","event_time":'
@@ -225,10 +258,10 @@ def test_bad_input_is_quarantined_or_held_back_with_named_reasons(
         root, "2026-11-20T03", 2, {"part-00000.jsonl.zst": zst([])}, manifest={"records": 5}
     )
 
-    runs = run_layers(root, [("raw", FIRST, LAST)])
+    release = run_release(root, FIRST, LAST, **RAW_ONLY)
 
-    held = runs[0].checks[MANIFEST_RECONCILIATION]["description"]
-    assert not runs[0].success
+    held = release.checks[MANIFEST_RECONCILIATION]["description"]
+    assert not release.success
     for hour in ("2026-11-20T01", "2026-11-20T02", "2026-11-20T03"):
         assert hour in held
     assert sorted(r.payload_id for r in spark.table("raw.payloads").collect()) == ["p1", "p2"]
@@ -249,12 +282,14 @@ def test_bad_input_is_quarantined_or_held_back_with_named_reasons(
     assert "unreadable" in detail and "no backup folder" in detail
     assert "no _MANIFEST.json" in detail and "manifest records 5" in detail
 
-    allowed = run_layers(
+    allowed = run_release(
         root,
-        [("raw", "2026-11-20T02", "2026-11-20T02")],
+        "2026-11-20T02",
+        "2026-11-20T02",
         extra_tags={tags.ALLOW_MISSING_HOURS: "2026-11-20T02"},
+        **RAW_ONLY,
     )
-    assert allowed[0].success
+    assert allowed.success, allowed.failures
     assert partition_location(spark, "raw.payloads", "2026-11-20T02") is not None
     assert spark.table("raw.payloads").where(F.col("hour") == "2026-11-20T02").count() == 0
 

@@ -1,9 +1,9 @@
 """Transformed and aggregated layers end to end on generated backups (issue 4).
 
 One module-scoped scenario keeps the suite fast: 15 received hours are generated and the
-three layers backfilled in ONE launch (raw and transformed over all 15 hours, sessions
-over the hours whose ±3 h window lies inside them). The tests that only read it come
-first; the ones that rebuild or break hours come last, in file order.
+three layers built by two releases (raw and transformed over all 15 hours in one run, then
+sessions over the hours whose ±3 h window lies inside them). The tests that only read it
+come first; the ones that rebuild or break hours come last, in file order.
 """
 
 import dataclasses
@@ -15,16 +15,15 @@ from pathlib import Path
 import dagster as dg
 import numpy as np
 import pytest
-from conftest import read_tree_lines
+from conftest import ReleaseResult, execute_release, read_tree_lines
 from pyspark.sql import functions as F
 
-from backfill_assets import tags
 from backfill_assets.backups.contract import format_iso_ms
 from backfill_assets.cli.main import main
 from backfill_assets.definitions import build_definitions
 from backfill_assets.generator import generate_backups
 from backfill_assets.generator.truth import read_truth_payloads, read_truth_sessions, sessionize
-from backfill_assets.launch import LAYERS, launch, plan_ranges
+from backfill_assets.launch import LAYERS, plan_ranges
 from backfill_assets.layers import aggregated, transformed
 from backfill_assets.layers.urls import normalize_url
 from backfill_assets.partitions import hour_range, parse_hour, shift_hour
@@ -44,12 +43,13 @@ class Scenario:
     root: Path
     defs: dg.Definitions
     instance: dg.DagsterInstance
-    runs: list
+    received: ReleaseResult  # raw + transformed over RECEIVED
+    sessions: ReleaseResult  # aggregated over SESSION_HOURS
 
 
 @pytest.fixture(scope="module")
 def built(spark, base_settings, tmp_path_factory) -> Scenario:
-    """Generate backups and backfill raw -> transformed -> sessions in one launch."""
+    """Generate backups; release raw + transformed over every hour, then sessions."""
     for row in spark.sql("SHOW DATABASES").collect():  # an empty catalog, as `warehouse`
         if row[0] != "default":
             spark.sql(f"DROP DATABASE IF EXISTS {row[0]} CASCADE")
@@ -70,16 +70,18 @@ def built(spark, base_settings, tmp_path_factory) -> Scenario:
     defs = build_definitions(dataclasses.replace(base_settings, backup_root=str(root)))
     (base / "dagster_home").mkdir()
     with dg.DagsterInstance.local_temp(str(base / "dagster_home")) as instance:
-        runs = launch(
+        received = execute_release(
             defs,
             instance,
-            [
-                ("raw", RECEIVED[0], RECEIVED[-1]),
-                ("transformed", RECEIVED[0], RECEIVED[-1]),
-                ("aggregated", SESSION_HOURS[0], SESSION_HOURS[-1]),
-            ],
+            RECEIVED[0],
+            RECEIVED[-1],
+            layers=("raw", "transformed"),
+            downstream=False,
         )
-        yield Scenario(root, defs, instance, runs)
+        sessions = execute_release(
+            defs, instance, SESSION_HOURS[0], SESSION_HOURS[-1], layers=("aggregated",)
+        )
+        yield Scenario(root, defs, instance, received, sessions)
 
 
 def collect(spark, table: str, *columns) -> list[dict]:
@@ -129,21 +131,26 @@ def window_of(hour: str) -> set[str]:
 # --------------------------------------------------------------------------- reading tests
 
 
-def test_one_launch_backfills_the_three_layers(spark, built: Scenario) -> None:
-    assert [(r.layer, r.first, r.last, r.success) for r in built.runs] == [
-        ("raw", "2026-11-20T00", "2026-11-20T14", True),
-        ("transformed", "2026-11-20T00", "2026-11-20T14", True),
-        ("aggregated", "2026-11-20T03", "2026-11-20T11", True),
-    ], [r.failures for r in built.runs]
-    assert len(built.instance.get_runs()) == 3  # one run per layer, each over its whole range
-    names = {name for r in built.runs for name in r.checks}
+def test_releases_build_the_three_layers_one_run_per_range(spark, built: Scenario) -> None:
+    received, sessions = built.received, built.sessions
+    assert received.success and sessions.success, received.failures + sessions.failures
+    shadow_runs = [r for r in received.runs + sessions.runs if "release/publish" not in r.assets]
+    assert [r.partition_range for r in shadow_runs] == [
+        "2026-11-20T00..2026-11-20T14",  # raw and transformed: one run over the whole range
+        "2026-11-20T03..2026-11-20T11",
+    ]
+    assert len(built.instance.get_runs()) == 4  # two shadow runs, one publish per release
+    names = {name for r in received.runs + sessions.runs for name in r.checks}
     assert set(transformed.LAYER.checks) | set(aggregated.LAYER.checks) <= names
-    assert all(c["passed"] for r in built.runs for c in r.checks.values())
+    assert all(c["passed"] for r in received.runs + sessions.runs for c in r.checks.values())
     assert published_hours(spark, "transformed.payloads") == RECEIVED
     assert published_hours(spark, "aggregated.sessions") == SESSION_HOURS
     assert published_hours(spark, "aggregated.client_hourly") == SESSION_HOURS
     assert built.instance.get_materialized_partitions(aggregated.SESSIONS) == set(SESSION_HOURS)
-    run_ids = {r.layer: r.run_id for r in built.runs}
+    run_ids = {
+        "transformed": received.run_of("shadow/transformed_payloads").run_id,
+        "aggregated": sessions.run_of("shadow/sessions").run_id,
+    }
     for table, layer, version in (
         ("transformed.payloads", "transformed", "transformed-1"),
         ("aggregated.sessions", "aggregated", "aggregated-1"),
@@ -363,9 +370,10 @@ def test_halfcut_command_agrees_with_the_published_sessions(spark, built, capsys
 def test_backfill_rebuilds_exactly_the_touched_session_hours_identically(
     spark, built: Scenario
 ) -> None:
-    """Damaged received hour 07: transformed rebuilds 07, sessions rebuild every hour whose
-    window touches 07 (04..10); every other partition keeps its location. Hours 04..10 were
-    built in range 03..11 before and in 04..10 now: identical checksums (range independence)."""
+    """Damaged received hour 07: a release rooted at transformed 07 rebuilds transformed 07
+    and every session hour whose window touches 07 (04..10); every other partition keeps its
+    location. Hours 04..10 were built in range 03..11 before and in 04..10 now: identical
+    checksums (range independence)."""
     tables = [
         "raw.payloads",
         "transformed.payloads",
@@ -378,22 +386,40 @@ def test_backfill_rebuilds_exactly_the_touched_session_hours_identically(
     assert plan_ranges(LAYERS, DAMAGED, DAMAGED)[0] == ("raw", DAMAGED, DAMAGED)
     assert plan_ranges(["aggregated"], DAMAGED, DAMAGED) == [("aggregated", DAMAGED, DAMAGED)]
 
-    runs = launch(built.defs, built.instance, ranges, reason="test: damaged hour 07")
-    assert [r.success for r in runs] == [True, True], [r.failures for r in runs]
+    release = execute_release(
+        built.defs,
+        built.instance,
+        DAMAGED,
+        DAMAGED,
+        layers=("transformed",),
+        extra_tags={"backfill_assets/reason": "test: damaged hour 07"},
+    )
+    assert release.success, release.failures
+    assert [r.partition_range for r in release.runs] == [
+        f"{DAMAGED}..{DAMAGED}",
+        f"{TOUCHED[0]}..{TOUCHED[-1]}",
+        "(unpartitioned)",
+    ]
 
     after = locations(spark, tables, RECEIVED)
     changed = {k for k in before if before[k] != after[k]}
     assert changed == {("transformed.payloads", DAMAGED)} | {
         (t, h) for t in tables[2:] for h in TOUCHED
     }
-    old_run = built.runs[2].run_id
+    old_sessions = built.sessions.run_of("shadow/sessions").run_id
+    new_sessions = release.run_of("shadow/sessions").run_id
     for table in ("shadow.sessions", "shadow.client_hourly"):
-        initial, rebuilt = checksums(spark, table, old_run), checksums(spark, table, runs[1].run_id)
+        initial, rebuilt = (
+            checksums(spark, table, old_sessions),
+            checksums(spark, table, new_sessions),
+        )
         assert sorted(rebuilt) == TOUCHED
         assert {h: initial[h] for h in TOUCHED} == rebuilt
+    old_transformed = built.received.run_of("shadow/transformed_payloads").run_id
+    new_transformed = release.run_of("shadow/transformed_payloads").run_id
     assert (
-        checksums(spark, "shadow.transformed_payloads", runs[0].run_id)[DAMAGED]
-        == (checksums(spark, "shadow.transformed_payloads", built.runs[1].run_id)[DAMAGED])
+        checksums(spark, "shadow.transformed_payloads", new_transformed)[DAMAGED]
+        == checksums(spark, "shadow.transformed_payloads", old_transformed)[DAMAGED]
     )
 
 
@@ -409,49 +435,67 @@ def test_failing_check_holds_back_the_hour_and_names_it(spark, built, monkeypatc
     monkeypatch.setattr(aggregated, "build_sessions", broken)
     tables = ["aggregated.sessions", "aggregated.client_hourly"]
     before = locations(spark, tables, [bad_hour, good_hour])
-    [run] = launch(built.defs, built.instance, [("aggregated", bad_hour, good_hour)])
+    release = execute_release(
+        built.defs, built.instance, bad_hour, good_hour, layers=("aggregated",)
+    )
 
-    assert not run.success
-    check = run.checks[aggregated.SESSIONS_DURATION]
+    assert not release.success
+    check = release.checks[aggregated.SESSIONS_DURATION]
     assert not check["passed"] and check["severity"] == "WARN"
     assert bad_hour in check["description"] and good_hour not in check["description"]
-    assert run.checks[aggregated.SESSIONS_END_NOT_BEFORE_START]["passed"]
-    assert any("held back" in f and bad_hour in f for f in run.failures), run.failures
+    assert release.checks[aggregated.SESSIONS_END_NOT_BEFORE_START]["passed"]
+    assert any("held back" in f and bad_hour in f for f in release.failures), release.failures
     after = locations(spark, tables, [bad_hour, good_hour])
     assert all(after[(t, bad_hour)] == before[(t, bad_hour)] for t in tables)
     assert all(after[(t, good_hour)] != before[(t, good_hour)] for t in tables)
+    run_id = release.run_of("shadow/sessions").run_id
     results = (
         audit.read(spark, audit.CHECK_RESULTS)
-        .where(
-            (F.col("run_id") == run.run_id) & (F.col("check_name") == aggregated.SESSIONS_DURATION)
-        )
+        .where((F.col("run_id") == run_id) & (F.col("check_name") == aggregated.SESSIONS_DURATION))
         .collect()
     )
     assert {r["hour"]: r["passed"] for r in results} == {bad_hour: False, good_hour: True}
 
 
-def test_missing_window_hours_fail_naming_them(spark, built: Scenario) -> None:
-    [run] = launch(built.defs, built.instance, [("aggregated", "2026-11-20T01", "2026-11-20T02")])
-    assert not run.success
-    [failure] = [f for f in run.failures if "aggregated_shadow" in f]
-    assert "2026-11-19T22 (needed by session hour(s) 2026-11-20T01..2026-11-20T01)" in failure
-    assert "2026-11-19T23 (needed by session hour(s) 2026-11-20T01..2026-11-20T02)" in failure
-    written = audit.read(spark, audit.SHADOW_PARTITIONS).where(F.col("run_id") == run.run_id)
+def test_missing_window_hours_fail_naming_them(
+    spark, built: Scenario, base_settings, tmp_path
+) -> None:
+    """Upstream hours inside the backup tree that are neither published nor rebuilt by the
+    release fail the downstream build, named (hours outside the tree read as empty)."""
+    root = tmp_path / "backups"
+    generate_backups(
+        root, start="2026-11-10T00", hours=8, clients=1, users_per_client=10, seed=3, workers=1
+    )
+    defs = build_definitions(dataclasses.replace(base_settings, backup_root=str(root)))
+    raw_only = execute_release(
+        defs, built.instance, "2026-11-10T00", "2026-11-10T05", downstream=False
+    )
+    assert raw_only.success, raw_only.failures
+
+    sessions = execute_release(
+        defs, built.instance, "2026-11-10T03", "2026-11-10T03", layers=("aggregated",)
+    )
+    assert not sessions.success
+    [failure] = [f for f in sessions.failures if "aggregated_shadow" in f]
+    assert "transformed.payloads is not published for 7 hour(s)" in failure, failure
+    assert "and this release did not rebuild them" in failure
+    assert "2026-11-10T00, 2026-11-10T01" in failure and "2026-11-10T06" in failure
+    run_id = sessions.runs[0].run_id
+    written = audit.read(spark, audit.SHADOW_PARTITIONS).where(F.col("run_id") == run_id)
     assert written.count() == 0
 
-    [bad] = launch(
-        built.defs,
+    raw_missing = execute_release(
+        defs,
         built.instance,
-        [("aggregated", "2026-11-20T05", "2026-11-20T05")],
-        extra_tags={tags.SESSION_LOOKBACK: "-1"},
-    )
-    assert not bad.success and any(tags.SESSION_LOOKBACK in f for f in bad.failures)
-
-    [raw_missing] = launch(
-        built.defs, built.instance, [("transformed", "2026-11-20T14", "2026-11-20T15")]
+        "2026-11-10T05",
+        "2026-11-10T06",
+        layers=("transformed",),
+        downstream=False,
     )
     assert not raw_missing.success
     assert any(
-        "raw.payloads is not published for 1 hour(s)" in f and "2026-11-20T15" in f
+        "raw.payloads is not published for 1 hour(s)" in f
+        and "2026-11-10T06" in f
+        and "this release did not rebuild them" in f
         for f in raw_missing.failures
     ), raw_missing.failures

@@ -1,8 +1,10 @@
-"""Reconciliation end to end: a live run, late files, the sensor, the CLI, the report.
+"""Reconciliation end to end: a live release, late files, the sensor, the CLI, the report.
 
-One live raw run (module fixture) is shared by the tests; each test that lands the late
+One live raw release (module fixture) is shared by the tests; each test that lands the late
 files lands them in its own copy of the backup tree. The last test backfills the late hour,
-so it stays last in this file.
+so it stays last in this file. The sensor's evaluation is called directly (``evaluate``):
+the sensor itself submits the requested releases as Dagster backfills, which the CLI tests
+cover with a real daemon.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+from conftest import ReleaseResult, execute_release
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -32,7 +35,8 @@ from backfill_assets.reporting.diff import diff_layer
 from backfill_assets.reporting.report import build_report
 from backfill_assets.resources.backup_store import LocalBackupStore
 from backfill_assets.sensors import findings, state
-from backfill_assets.sensors.reconciliation import SENSOR_NAME
+from backfill_assets.sensors.reconciliation import SENSOR_NAME, Evaluation, releases
+from backfill_assets.sensors.reconciliation import evaluate as evaluate_sensor
 from backfill_assets.settings import Settings
 
 FIRST, LAST = "2026-11-20T00", "2026-11-20T03"
@@ -46,14 +50,22 @@ class Scenario:
     instance: dg.DagsterInstance
     backups: Path
     home: Path
-    live_run_id: str
+    live: ReleaseResult
+
+    @property
+    def live_run_id(self) -> str:  # the run that built the raw shadows
+        return self.live.run_of("shadow/raw_payloads").run_id
+
+    @property
+    def publish_run_id(self) -> str:
+        return self.live.run_of("release/publish").run_id
 
 
 @pytest.fixture(scope="module")
 def scenario(
     spark: SparkSession, base_settings: Settings, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Scenario]:
-    """A live raw run over FIRST..LAST while client 2's folder of LATE is held back."""
+    """A live raw release over FIRST..LAST while client 2's folder of LATE is held back."""
     for row in spark.sql("SHOW DATABASES").collect():  # an empty catalog, as `warehouse`
         if row[0] != "default":
             spark.sql(f"DROP DATABASE IF EXISTS {row[0]} CASCADE")
@@ -73,17 +85,21 @@ def scenario(
     settings = dataclasses.replace(base_settings, backup_root=str(backups), dagster_home=str(home))
     defs = build_definitions(settings)
     with dg.DagsterInstance.local_temp(str(home)) as instance:
-        runs = launch.launch(
+        live = execute_release(
             defs,
             instance,
-            [("raw", FIRST, LAST)],
-            reason="nightly ingest",
-            ticket="OPS-7",
-            requested_by="alice",
-            extra_tags={tags.MODE: "live"},
+            FIRST,
+            LAST,
+            downstream=False,
+            extra_tags={
+                tags.MODE: "live",
+                tags.REASON: "nightly ingest",
+                tags.TICKET: "OPS-7",
+                tags.REQUESTED_BY: "alice",
+            },
         )
-        assert runs[0].success, runs[0].failures
-        yield Scenario(settings, defs, instance, backups, home, runs[0].run_id)
+        assert live.success, live.failures
+        yield Scenario(settings, defs, instance, backups, home, live)
 
 
 def landed_copy(scenario: Scenario, tmp_path: Path) -> Path:
@@ -94,26 +110,22 @@ def landed_copy(scenario: Scenario, tmp_path: Path) -> Path:
     return copy
 
 
-def evaluate(scenario: Scenario, backups: Path, cursor: str | None = None) -> dg.SensorResult:
-    sensor = scenario.defs.resolve_sensor_def(SENSOR_NAME)
-    context = dg.build_sensor_context(
-        instance=scenario.instance,
-        definitions=scenario.defs,
-        cursor=cursor,
-        resources={"backups": LocalBackupStore(root=str(backups))},
+def evaluate(scenario: Scenario, backups: Path, cursor: str | None = None) -> Evaluation:
+    """One evaluation of the sensor (what it records and requests), submitting nothing."""
+    layers = list(registry.LAYERS.values())
+    keys = {layer.name: launch.layer_keys(scenario.defs, layer.name) for layer in layers}
+    return evaluate_sensor(
+        scenario.instance,
+        keys,
+        LocalBackupStore(root=str(backups)),
+        findings.ReconcileConfig.from_env({}),
+        cursor,
+        layers,
     )
-    return sensor(context)
 
 
-def ranges(result: dg.SensorResult) -> list[tuple[str, str, str]]:
-    return [
-        (
-            r.tags[findings.LAYER_TAG],
-            r.tags["dagster/asset_partition_range_start"],
-            r.tags["dagster/asset_partition_range_end"],
-        )
-        for r in result.run_requests
-    ]
+def ranges(evaluation: Evaluation) -> list[tuple[str, str, str]]:
+    return [(r.layer, r.first, r.last) for r in evaluation.requests]
 
 
 def use_cli_env(monkeypatch: pytest.MonkeyPatch, scenario: Scenario, backups: Path) -> None:
@@ -127,9 +139,11 @@ def test_the_run_manifest_reaches_the_ledger_and_the_lineage(
 ) -> None:
     ledger = (
         audit.read(spark, audit.PUBLICATIONS)
-        .where(F.col("run_id") == scenario.live_run_id)
+        .where(F.col("backfill_id") == scenario.live.release_id)
         .collect()
     )
+    assert {r["run_id"] for r in ledger} == {scenario.publish_run_id}
+    assert len({r["txn_id"] for r in ledger}) == 1  # one transaction for the release
     assert {(r["table_name"], r["phase"]) for r in ledger} == {
         (t, p) for t in ("raw.payloads", "raw.quarantine") for p in ("prepare", "commit")
     }
@@ -137,7 +151,10 @@ def test_the_run_manifest_reaches_the_ledger_and_the_lineage(
         (r["reason"], r["requested_by"], r["ticket"], r["run_mode"], r["code_version"])
         for r in ledger
     } == {("nightly ingest", "alice", "OPS-7", "live", raw.CODE_VERSION)}
-    for key in (raw.PAYLOADS, raw.SHADOW_PAYLOADS):
+    for key, run_id in (
+        (raw.PAYLOADS, scenario.publish_run_id),
+        (raw.SHADOW_PAYLOADS, scenario.live_run_id),
+    ):
         record = scenario.instance.fetch_materializations(
             dg.AssetRecordsFilter(asset_key=key, asset_partitions=[LATE]), limit=1
         ).records[0]
@@ -148,7 +165,8 @@ def test_the_run_manifest_reaches_the_ledger_and_the_lineage(
             meta["requested_by"],
             meta["ticket"],
             meta["run_id"],
-        ) == ("live", "nightly ingest", "alice", "OPS-7", scenario.live_run_id)
+        ) == ("live", "nightly ingest", "alice", "OPS-7", run_id)
+        assert meta["backfill_id"] == scenario.live.release_id
     # the two readers of the published state agree
     layers = list(registry.LAYERS.values())
     from_ledger = state.published_from_ledger(spark, layers, hour_range(FIRST, LAST))["raw"]
@@ -173,9 +191,19 @@ def test_before_the_late_files_land_the_sensor_sees_nothing_without_spark(
         raise AssertionError("the reconciliation sensor must not start Spark")
 
     monkeypatch.setattr(SparkSession.Builder, "getOrCreate", no_spark)
-    result = evaluate(scenario, scenario.backups)
-    assert result.run_requests == [] and result.asset_events == []
-    assert "no findings" in result.skip_reason.skip_message
+    evaluation = evaluate(scenario, scenario.backups)
+    assert evaluation.requests == [] and evaluation.result.asset_events == []
+    assert "no findings" in evaluation.result.skip_reason.skip_message
+    # the sensor itself: nothing to submit, no Spark
+    use_cli_env(monkeypatch, scenario, scenario.backups)
+    sensor = scenario.defs.resolve_sensor_def(SENSOR_NAME)
+    context = dg.build_sensor_context(
+        instance=scenario.instance,
+        definitions=scenario.defs,
+        resources={"backups": LocalBackupStore(root=str(scenario.backups))},
+    )
+    result = sensor(context)
+    assert result.run_requests in (None, []) and "no findings" in result.skip_reason.skip_message
 
 
 def test_late_files_are_requested_once_with_the_session_hours_around_them(
@@ -190,31 +218,28 @@ def test_late_files_are_requested_once_with_the_session_hours_around_them(
         wanted.append((layer, hours[0], hours[-1]))
     assert ranges(first) == wanted
     assert wanted[0] == ("raw", LATE, LATE)
-    session_layers = [
-        name
-        for name in registry.LAYERS
-        if name not in getattr(launch, "RECEIVED_HOUR_LAYERS", registry.LAYERS)
-    ]
-    for name in session_layers:  # session hours whose windows touch the late hour
-        lo, hi = session_hours_touching(LATE, LATE)
-        assert (name, max(lo, FIRST), min(hi, LAST)) in wanted
-    for request in first.run_requests:
-        assert request.tags[tags.REQUESTED_BY] == "reconciliation-sensor"
-        assert request.tags[tags.MODE] == "backfill"
-        assert request.tags[tags.REASON].startswith(f"reconciliation: count_mismatch in raw {LATE}")
-        assert "manifest_appeared" in request.tags[tags.REASON]
-        assert set(request.asset_selection) == set(
-            launch.layer_keys(scenario.defs, request.tags[findings.LAYER_TAG])
-        )
-    assert len({r.run_key for r in first.run_requests}) == len(first.run_requests)
-    (observation,) = first.asset_events
+    for name in registry.LAYERS:  # session hours whose windows touch the late hour
+        if name not in launch.RECEIVED_HOUR_LAYERS:
+            lo, hi = session_hours_touching(LATE, LATE)
+            assert (name, max(lo, FIRST), min(hi, LAST)) in wanted
+    # ONE release covers them all: rooted at the raw hour, downstream derived by Dagster
+    [(root, chain)] = releases(first.requests)
+    assert (root.layer, root.first, root.last, chain) == ("raw", LATE, LATE, list(launch.LAYERS))
+    for request in first.requests:
+        request_tags = request.tags(first.request_id)
+        assert request_tags[tags.REQUESTED_BY] == "reconciliation-sensor"
+        assert request_tags[tags.MODE] == "backfill"
+        assert request_tags[tags.REASON].startswith(f"reconciliation: count_mismatch in raw {LATE}")
+        assert "manifest_appeared" in request_tags[tags.REASON]
+    assert len({r.run_key for r in first.requests}) == len(first.requests)
+    (observation,) = first.result.asset_events
     assert (observation.asset_key, observation.partition) == (raw.PAYLOADS, LATE)
     assert observation.metadata["kinds"].value == "count_mismatch, manifest_appeared"
     assert observation.metadata["action"].value.startswith(f"backfill requested: raw {LATE}")
 
-    second = evaluate(scenario, landed, first.cursor)
-    assert second.run_requests == []
-    assert "nothing new to request" in second.skip_reason.skip_message
+    second = evaluate(scenario, landed, first.result.cursor)
+    assert second.requests == []
+    assert "nothing new to request" in second.result.skip_reason.skip_message
 
     # a run already rebuilding the raw hour (launched by anyone) is not requested again
     queued = dg.DagsterRun(
@@ -242,7 +267,7 @@ def test_a_bumped_code_version_reports_published_partitions_stale(
     )
     result = evaluate(scenario, scenario.backups)
     assert ranges(result)[0] == ("raw", FIRST, LAST)
-    stale = {e.partition: e.metadata["findings"].value for e in result.asset_events}
+    stale = {e.partition: e.metadata["findings"].value for e in result.result.asset_events}
     assert sorted(stale) == hour_range(FIRST, LAST)
     assert all(
         f[0]["kind"] == "stale" and "raw-1" in f[0]["detail"] and "raw-2" in f[0]["detail"]
@@ -285,15 +310,14 @@ def test_dry_run_diff_report_then_backfill_leaves_nothing_to_reconcile(
     landed = landed_copy(scenario, tmp_path)
     found = evaluate(scenario, landed)
     defs = build_definitions(dataclasses.replace(scenario.settings, backup_root=str(landed)))
-    request = {findings.REQUEST_ID_TAG: "req-e2e"}
-    (dry,) = launch.launch(
+    dry = execute_release(
         defs,
         scenario.instance,
-        [("raw", LATE, LATE)],
-        steps="shadow",
-        reason="late files of client 2",
-        requested_by="bob",
-        extra_tags=request,
+        LATE,
+        LATE,
+        downstream=False,
+        publish=False,
+        extra_tags={tags.REASON: "late files of client 2", tags.REQUESTED_BY: "bob"},
     )
     assert dry.success, dry.failures
 
@@ -301,39 +325,42 @@ def test_dry_run_diff_report_then_backfill_leaves_nothing_to_reconcile(
     report = build_report(
         scenario.instance,
         layers,
-        run_id=dry.run_id,
+        backfill_id=dry.release_id,
         diff=lambda layer, version, hours: diff_layer(spark, layer.pairs, version, hours),
     )
+    assert report.dry_run
     (run,) = report.runs
     assert run.dry_run and run.manifest["requested_by"] == "bob"
-    payloads = {p.table: p for p in run.partitions}["raw.payloads"]
+    payloads = {p.table: p for p in report.partitions}["raw.payloads"]
     client_2 = [p for h, p in expected.read_deliveries(landed) if h == LATE and p.client_id == 2]
     assert payloads.status == "would publish"
     assert payloads.after - payloads.before == len(client_2)
-    diff = run.diff["raw.payloads"][LATE]
+    diff = report.diff["raw.payloads"][LATE]
     assert (diff.added, diff.removed, diff.changed) == (len({p.payload_id for p in client_2}), 0, 0)
     assert diff.unchanged == payloads.before  # no duplicate delivery in this hour
+    assert report.headline()[0] == (
+        f"raw: 1 hour(s) would be published (dry run), 1 with different rows ({LATE})"
+    )
     markdown, chart = report.write(tmp_path / "report")
     text = markdown.read_text()
-    assert f"# Backfill report: run {dry.run_id}" in text
+    assert f"# Backfill report: release {dry.release_id}" in text
     assert "| hour | table | before | after | change | status | added | removed | changed |" in text
     assert f"| {LATE} | raw.payloads | {payloads.before} | {payloads.after} |" in text
     assert "![rows per hour, before and after](rows_per_hour.png)" in text
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
-    (publish,) = launch.launch(
-        defs, scenario.instance, [("raw", LATE, LATE)], steps="publish", extra_tags=request
-    )
+    publish = execute_release(defs, scenario.instance, LATE, LATE, publish_only=dry.release_id)
     assert publish.success, publish.failures
-    after = evaluate(scenario, landed, found.cursor)
-    assert after.run_requests == [] and "no findings" in after.skip_reason.skip_message
-    (resolved,) = after.asset_events
+    after = evaluate(scenario, landed, found.result.cursor)
+    assert after.requests == [] and "no findings" in after.result.skip_reason.skip_message
+    (resolved,) = after.result.asset_events
     assert (resolved.partition, resolved.metadata["reconciliation"].value) == (LATE, "resolved")
 
+    # The same release's report after publishing: what it replaced.
     use_cli_env(monkeypatch, scenario, landed)
-    assert main(["report", "--backfill", "req-e2e", "--out", str(tmp_path / "cli")]) == 0
+    assert main(["report", "--backfill", dry.release_id, "--out", str(tmp_path / "cli")]) == 0
     out = capsys.readouterr().out
     assert f"raw: 1 hour(s) published, 1 with different rows ({LATE})" in out
-    assert "would publish" in out and "added" in out
+    assert "published before vs after" in out and "would publish" not in out
     assert (tmp_path / "cli" / "report.md").exists()
     assert (tmp_path / "cli" / "rows_per_hour.png").exists()
