@@ -169,6 +169,8 @@ def execute_release(
             **launch.request_tags(dry_run=not publish, extra=extra_tags),
             tags.RELEASE: release_id,
         }
+        if publish_only:
+            run_tags[tags.MODE] = "publish"
         if lo is not None:
             run_tags["dagster/asset_partition_range_start"] = lo
             run_tags["dagster/asset_partition_range_end"] = hi

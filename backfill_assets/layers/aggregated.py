@@ -53,7 +53,6 @@ SESSIONS_UNIQUE_ID = "sessions_unique_id"
 CLIENT_HOURLY_RECONCILIATION = "client_hourly_matches_sessions"
 
 SESSION_GAP_MICROS = 30 * 60 * 1_000_000  # a gap of more than this starts a new session
-MAX_WINDOW_HOURS = 24  # largest lookback / lookahead a run tag may ask for
 
 SESSION_COLUMNS = [
     "session_id",

@@ -101,6 +101,12 @@ class ShadowTableIOManager(dg.ConfigurableIOManager):
         table = table_name(context.asset_key)
         version = run_id(context.run_id)
         hours = sorted(context.asset_partition_keys)
+        if not hours:
+            raise dg.Failure(
+                description=f"{table}: the run has no partition to write (a range in the "
+                f"future, or outside the partitions?); nothing was written",
+                allow_retries=False,
+            )
         for hour in hours:
             parse_hour(hour)
         release = tags.release_id(run_tags(context), context.run_id)
@@ -207,10 +213,9 @@ class ShadowTableIOManager(dg.ConfigurableIOManager):
         from backfill_assets.sensors.state import backup_bounds
 
         bounds = backup_bounds(self.backups)
-        hours = context.asset_partition_keys
-        if bounds is None:
-            return set(hours)
-        return {h for h in hours if h < bounds[0] or h > bounds[1]}
+        if bounds is None:  # no backups at all (a wrong BACKUP_ROOT?): nothing is "outside"
+            return set()
+        return {h for h in context.asset_partition_keys if h < bounds[0] or h > bounds[1]}
 
 
 @dataclass

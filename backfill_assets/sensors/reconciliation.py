@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 
 import dagster as dg
 
+from backfill_assets import tags
 from backfill_assets.layers import registry
 from backfill_assets.partitions import hour_range
 from backfill_assets.publishing.publisher import Layer
@@ -108,10 +109,11 @@ def submit_releases(evaluation: "Evaluation", settings: Settings) -> list[str]:
     defs = build_definitions(settings)
     ids = []
     for request, layers in releases(evaluation.requests):
+        # the release's own tags: not the per-range ones (partition range, root layer)
         run_tags = {
             k: v
             for k, v in request.tags(evaluation.request_id).items()
-            if not k.startswith("dagster/")
+            if not k.startswith("dagster/") and k not in (tags.LAYER, tags.ALLOW_MISSING_HOURS)
         }
         ids.append(
             launch.submit_backfill(
