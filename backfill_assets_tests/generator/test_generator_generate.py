@@ -29,8 +29,8 @@ from backfill_assets.generator import (
     read_truth_payloads,
 )
 from backfill_assets.generator import generate as generate_module
-from backfill_assets.generator.truth import read_truth_folders
 from backfill_assets.generator.junk import ENCODING_ERRORS, KINDS, malformed_line
+from backfill_assets.generator.truth import read_truth_folders
 from backfill_assets.generator.world import build_url_pool, client_rng
 
 START = "2026-11-20T00"
