@@ -231,7 +231,6 @@ def edge_lines() -> list[bytes]:
         good + b"]]",
         good + b",{}]",
         good + b",0]",
-        good + b"\n",
         b"[" + good + b"]",
         b"\xef\xbb\xbf" + good,
         good[:-1],
