@@ -49,7 +49,7 @@ def _raw(spark: SparkSession, backup_root: str) -> DataFrame:
         F.from_json("value", _SCHEMA).alias("r"),
     ).select("hour", "folder_client", "r.*")
     event_time = F.coalesce(
-        F.to_timestamp("event_time"), F.timestamp_millis(F.col("event_time_ms"))
+        F.try_to_timestamp(F.col("event_time")), F.timestamp_millis(F.col("event_time_ms"))
     )
     return (
         parsed.select(
@@ -57,7 +57,7 @@ def _raw(spark: SparkSession, backup_root: str) -> DataFrame:
             "client_id",
             "user_id",
             event_time.alias("event_time"),
-            F.to_timestamp("received_at").alias("received_at"),
+            F.try_to_timestamp(F.col("received_at")).alias("received_at"),
             "event_type",
             "page_url",
             "device",
