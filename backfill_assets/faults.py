@@ -15,6 +15,11 @@ SHADOW_WRITE = "shadow.write"  # inside the Spark job that writes a shadow table
 PUBLISH_SWAP = "publish.swap"  # after the first partition's pointer swap, before the rest
 
 
+def armed(name: str) -> bool:
+    """Whether this process was asked to stop at checkpoint ``name``."""
+    return os.environ.get("BACKFILL_ASSETS_PAUSE_AT") == name
+
+
 def checkpoint(name: str) -> None:
     if os.environ.get("BACKFILL_ASSETS_PAUSE_AT") != name:
         return

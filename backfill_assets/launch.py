@@ -505,3 +505,66 @@ def range_hours(first: str, last: str, cap: int) -> list[str]:
             f"(BACKFILL_MAX_RANGE_HOURS); split the range or raise the cap for this command"
         )
     return hours
+
+
+# ------------------------------------------------------------------- in-process (tests, bench)
+
+Stage = tuple[list[str], str | None, str | None]  # (layers, first, last); [] = publish
+
+
+def release_stages(layers: Sequence[str], first: str, last: str, publish: bool) -> list[Stage]:
+    """The runs Dagster's backfill daemon makes of a release, in order: the received-hour
+    layers over ``first..last`` in one run, the session layer over the session hours their
+    windows touch (or ``first..last`` when it is the root), then the publish step."""
+    received = [layer for layer in layers if layer in RECEIVED_HOUR_LAYERS]
+    stages: list[Stage] = []
+    if received:
+        stages.append((received, first, last))
+    if "aggregated" in layers:
+        span = session_hours_touching(first, last) if received else (first, last)
+        stages.append((["aggregated"], *span))
+    if publish:
+        stages.append(([], None, None))
+    return stages
+
+
+def execute_in_process(
+    defs: dg.Definitions,
+    instance: dg.DagsterInstance,
+    stages: Sequence[Stage],
+    *,
+    release_id: str,
+    run_tags: Mapping[str, str],
+    run_config: Mapping | None = None,
+) -> list[RunSummary]:
+    """Run a release's stages in this process, each a Dagster run tagged with the release.
+
+    Not how releases are launched (that is ``submit_backfill``: Dagster's backfill, queue
+    and daemon); the benchmark and the test suite use it to run the same assets without the
+    daemon's 30-second iterations. Stops after a stage whose asset step failed, as Dagster
+    does not build downstream of a failed step.
+    """
+    job = defs.resolve_implicit_global_asset_job_def()
+    summaries: list[RunSummary] = []
+    for stage_layers, first, last in stages:
+        keys = (
+            [k for layer in stage_layers for k in layer_keys(defs, layer)]
+            if stage_layers
+            else [PUBLISH_KEY]
+        )
+        stage_tags = {**run_tags, tags.RELEASE: release_id}
+        if first is not None:
+            stage_tags["dagster/asset_partition_range_start"] = first
+            stage_tags["dagster/asset_partition_range_end"] = last
+        result = job.execute_in_process(
+            instance=instance,
+            asset_selection=keys,
+            tags=stage_tags,
+            run_config=dict(run_config) if run_config and not stage_layers else None,
+            raise_on_error=False,
+        )
+        summary = summarize_run(instance, instance.get_run_by_id(result.run_id))
+        summaries.append(summary)
+        if any(not f.split(":")[0].endswith("_checks") for f in summary.failures):
+            break
+    return summaries

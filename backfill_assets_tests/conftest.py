@@ -16,7 +16,6 @@ import pytest
 from backfill_assets import launch, tags
 from backfill_assets.definitions import build_definitions
 from backfill_assets.generator import generate_backups
-from backfill_assets.layers.windows import session_hours_touching
 from backfill_assets.settings import Settings
 
 
@@ -117,24 +116,6 @@ class ReleaseResult:
         return next(r for r in self.runs if asset in r.assets)
 
 
-def release_stages(
-    layers: list[str], first: str, last: str, publish: bool
-) -> list[tuple[list[str], str | None, str | None]]:
-    """The runs Dagster's backfill daemon makes of a release, in order: the received-hour
-    layers over ``first..last`` in one run, the session layer over the session hours their
-    windows touch (or ``first..last`` when it is the root), then the publish step."""
-    received = [layer for layer in layers if layer != "aggregated"]
-    stages: list[tuple[list[str], str | None, str | None]] = []
-    if received:
-        stages.append((received, first, last))
-    if "aggregated" in layers:
-        span = session_hours_touching(first, last) if received else (first, last)
-        stages.append((["aggregated"], *span))
-    if publish:
-        stages.append(([], None, None))
-    return stages
-
-
 def execute_release(
     defs: dg.Definitions,
     instance: dg.DagsterInstance,
@@ -153,44 +134,17 @@ def execute_release(
     import uuid
 
     release_id = release_id or f"test-{uuid.uuid4().hex[:10]}"
-    job = defs.resolve_implicit_global_asset_job_def()
     chosen = launch.release_layers(list(layers), downstream=downstream)
-    runs = []
-    stages = release_stages(chosen, first, last, publish)
+    stages = launch.release_stages(chosen, first, last, publish)
+    run_tags = launch.request_tags(dry_run=not publish, extra=extra_tags)
+    config = None
     if publish_only:  # publish an earlier (dry-run) release without rebuilding it
         stages = [([], None, None)]
-    for stage_layers, lo, hi in stages:
-        keys = (
-            [k for layer in stage_layers for k in launch.layer_keys(defs, layer)]
-            if stage_layers
-            else [launch.PUBLISH_KEY]
-        )
-        run_tags = {
-            **launch.request_tags(dry_run=not publish, extra=extra_tags),
-            tags.RELEASE: release_id,
-        }
-        if publish_only:
-            run_tags[tags.MODE] = "publish"
-        if lo is not None:
-            run_tags["dagster/asset_partition_range_start"] = lo
-            run_tags["dagster/asset_partition_range_end"] = hi
-        config = (
-            {"ops": {"release__publish": {"config": {"release_id": publish_only}}}}
-            if publish_only
-            else None
-        )
-        result = job.execute_in_process(
-            instance=instance,
-            asset_selection=keys,
-            tags=run_tags,
-            run_config=config,
-            raise_on_error=False,
-        )
-        summary = launch.summarize_run(instance, instance.get_run_by_id(result.run_id))
-        runs.append(summary)
-        failed_assets = [f for f in summary.failures if not f.split(":")[0].endswith("_checks")]
-        if failed_assets:
-            break  # Dagster does not build downstream of a failed step
+        run_tags[tags.MODE] = "publish"
+        config = {"ops": {"release__publish": {"config": {"release_id": publish_only}}}}
+    runs = launch.execute_in_process(
+        defs, instance, stages, release_id=release_id, run_tags=run_tags, run_config=config
+    )
     return ReleaseResult(release_id, runs)
 
 

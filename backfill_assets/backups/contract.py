@@ -1,8 +1,15 @@
 """The payload contract of ``shared/backup-format.md`` as code: constants and one line's verdict.
 
-``parse_line`` is pure Python so that the Spark reader, the generator's tests and a person
-debugging one line all get the same answer. A line is either a typed payload or a
-quarantine reason ``"<code>: <detail>"``; it is never dropped.
+``parse_line`` is the single source of truth of a line's verdict: pure Python, readable, and
+**total**: whatever bytes a line holds, it returns a typed payload or raises ``Rejected``
+with a quarantine reason ``"<code>: <detail>"``; no other exception escapes it. The Spark
+reader expresses the same rules as JVM column expressions (``backups.spark_contract``) and
+sends the rare lines it cannot decide exactly to this function; a parity test holds the two
+to identical verdicts.
+
+The folder, not the line, decides a payload's received hour: a line whose ``received_at``
+lies outside its folder's hour is valid (clock drift, redelivery) and only counted
+(``received_outside_hour``).
 """
 
 from __future__ import annotations
@@ -29,7 +36,6 @@ UNKNOWN_EVENT_TYPE = "unknown_event_type"
 UNKNOWN_DEVICE = "unknown_device"
 UNSUPPORTED_VERSION = "unsupported_schema_version"
 CLIENT_MISMATCH = "client_mismatch"
-HOUR_MISMATCH = "hour_mismatch"
 # File-level reasons (line_number is null): the file's lines could not be read at all.
 FILE_DIGEST_MISMATCH = "file_digest_mismatch"
 FILE_UNREADABLE = "file_unreadable"
@@ -37,6 +43,7 @@ FILE_RECORDS_MISMATCH = "file_records_mismatch"
 
 _MIN_MS = 946_684_800_000  # 2000-01-01
 _MAX_MS = 4_102_444_800_000  # 2100-01-01
+HOUR_MS = 3_600_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +87,12 @@ def format_iso_ms(epoch_ms: int) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{epoch_ms % 1000:03d}Z"
 
 
+def received_outside_hour(payload: Payload, hour_start_ms: int) -> bool:
+    """Whether a valid line's ``received_at`` lies outside its folder's hour (it still belongs
+    to the folder's hour; the count per hour measures clock skew and redelivery)."""
+    return not hour_start_ms <= payload.received_at_ms < hour_start_ms + HOUR_MS
+
+
 def _field(record: dict, name: str, kind: type | str) -> object:
     if name not in record or record[name] is None:
         raise Rejected(MISSING_FIELD, name)
@@ -95,11 +108,21 @@ def _timestamp(record: dict, name: str) -> int:
     text = _field(record, name, str)
     try:
         value = parse_iso_ms(text)  # type: ignore[arg-type]
-    except ValueError:
+    except (ValueError, OverflowError):
         raise Rejected(BAD_VALUE, f"{name} is not an ISO-8601 time: {text!r}"[:200]) from None
     if not _MIN_MS <= value < _MAX_MS:
         raise Rejected(BAD_VALUE, f"{name} out of range: {text!r}")
     return value
+
+
+def _is_unicode(text: str) -> bool:
+    """False for a string holding a lone surrogate (a JSON escape like ``"\\ud800"``): it
+    has no UTF-8 form, so it cannot be stored."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def validate(record: object, client_id: int, hour_start_ms: int) -> Payload:
@@ -135,16 +158,22 @@ def validate(record: object, client_id: int, hour_start_ms: int) -> Payload:
         raise Rejected(UNKNOWN_EVENT_TYPE, repr(event_type)[:100])
     if device not in DEVICES:
         raise Rejected(UNKNOWN_DEVICE, repr(device)[:100])
-    parts = urlsplit(page_url)  # type: ignore[arg-type]
+    for name, text in (("payload_id", payload_id), ("user_id", user_id), ("referrer", referrer)):
+        if text is not None and not _is_unicode(text):  # type: ignore[arg-type]
+            raise Rejected(BAD_VALUE, f"{name} holds a lone surrogate: {text!r}"[:200])
+    try:
+        parts = urlsplit(page_url)  # type: ignore[arg-type]
+    except ValueError as exc:  # "Invalid IPv6 URL", a host invalid under NFKC, ...
+        raise Rejected(
+            BAD_VALUE, f"page_url is not a valid URL ({exc}): {page_url!r}"[:200]
+        ) from None
     if parts.scheme.lower() not in ("http", "https") or not parts.netloc:
         raise Rejected(BAD_VALUE, f"page_url is not an absolute http(s) URL: {page_url!r}"[:200])
+    if not _is_unicode(page_url):  # type: ignore[arg-type]
+        raise Rejected(BAD_VALUE, f"page_url holds a lone surrogate: {page_url!r}"[:200])
     if record_client != client_id:
         raise Rejected(
             CLIENT_MISMATCH, f"client_id {record_client} in folder client_id={client_id}"
-        )
-    if not hour_start_ms <= received_at_ms < hour_start_ms + 3_600_000:
-        raise Rejected(
-            HOUR_MISMATCH, f"received_at {record['received_at']} outside the folder hour"
         )
     return Payload(
         payload_id=payload_id,  # type: ignore[arg-type]
@@ -170,4 +199,9 @@ def parse_line(line: bytes, client_id: int, hour_start_ms: int) -> Payload:
         record = json.loads(text)
     except ValueError as exc:
         raise Rejected(NOT_JSON, str(exc)[:200]) from None
-    return validate(record, client_id, hour_start_ms)
+    except RecursionError:
+        raise Rejected(NOT_JSON, "nested too deeply") from None
+    try:
+        return validate(record, client_id, hour_start_ms)
+    except RecursionError:  # a deep unknown value compared or repr'd
+        raise Rejected(NOT_JSON, "nested too deeply") from None

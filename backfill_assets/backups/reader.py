@@ -1,125 +1,205 @@
-"""Spark reading of backup part files: one pass that verifies, decompresses and parses.
+"""Spark reading of backup part files: Spark decompresses, parses and judges every line.
 
-The store reads the listed part files on the executors (``BackupStore.read_files``), and
-one Python function per batch (``mapInArrow``) checks each file's SHA-256 against its
-manifest, decompresses the zstd frame (content size may be absent) and runs the contract
-on every line. Every line comes out exactly once: as a payload, or as a quarantine row with
-its file, line number, reason and raw text. A file that cannot be trusted (digest mismatch,
-broken frame) comes out as one file-level quarantine row and none of its lines.
+One plan, no per-file or per-hour jobs, nothing collected to the driver:
+
+- **Files**: Spark's ``binaryFile`` source reads the compressed bytes and ``sha2`` checks
+  each file against its manifest entry (in the JVM). A file whose digest differs is one
+  ``file_digest_mismatch`` quarantine row and none of its lines.
+- **Lines**: Spark's text source decompresses each ``.jsonl.zst`` file itself (zstd-jni
+  in the pyspark wheel; content size may be absent) with ``wholetext``: one row per file,
+  split on ``\\n`` and ``posexplode``-d, so line numbers are exact by construction (no
+  ordering assumption across splits or tasks). A file that is not UTF-8 throughout is split
+  on its raw bytes (through ISO-8859-1) so that each line keeps its bytes. A file Spark
+  cannot decompress (``ignoreCorruptFiles``) yields no row and becomes one
+  ``file_unreadable`` quarantine row.
+- **Verdicts**: ``spark_contract.verdict`` applies ``contract.parse_line``'s rules as column
+  expressions. The rare lines it cannot decide exactly (``UNDECIDED``: not UTF-8, not
+  JSON, exotic numbers or timestamps, ...) go to ``contract.parse_line`` itself in a Python
+  worker; a valid line never does.
+
+Every line comes out exactly once: as a payload, or as a quarantine row with its file, line
+number, reason and raw text.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator
-from dataclasses import dataclass
-from urllib.parse import unquote
+from contextlib import contextmanager
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from backfill_assets import faults
 from backfill_assets.backups import contract
 from backfill_assets.backups.inventory import Folder
+from backfill_assets.backups.spark_contract import UNDECIDED, judge
 from backfill_assets.partitions import parse_hour
 from backfill_assets.resources.backup_store import BackupStore
 
 KIND_PAYLOAD = "payload"
 KIND_QUARANTINE = "quarantine"
+_KIND_UNDECIDED = "undecided"  # a line for the Python reference
+_KIND_FILE = "file"  # one row per expected file: its digest check
+_KIND_READ = "read"  # one row per file Spark decompressed (marks it readable)
 
 PARSED_SCHEMA = (
     "kind string, hour string, client_id bigint, file string, line_number bigint, "
     "reason string, raw_text string, payload_id string, user_id string, "
     "event_time timestamp, received_at timestamp, event_type string, page_url string, "
-    "device string, referrer string, schema_version int"
+    "device string, referrer string, schema_version int, received_outside_hour boolean"
 )
 _COLUMNS = [c.strip().split(" ")[0] for c in PARSED_SCHEMA.split(",")]
+_FILES_SCHEMA = (
+    "file string, hour string, client_id bigint, hour_start_ms bigint, sha256 string, "
+    "records bigint"
+)
+# The part of a file's path the inventory names it by: raw/date=…/hour=…/client_id=…/part-…
+_REL_PATH = r"(raw/date=[^/]+/hour=[^/]+/client_id=[^/]+/[^/]+)$"
+_HOUR_MS = contract.HOUR_MS
 
 
-@dataclass(frozen=True)
-class _Expected:
-    hour: str
-    hour_start_ms: int
-    client_id: int
-    sha256: str
-    records: int
+def _rel(path: Column) -> Column:
+    return F.regexp_extract(path, _REL_PATH, 1)
 
 
-def _decompress(data: bytes) -> bytes:
-    import zstandard
-
-    out = []
-    while data:
-        obj = zstandard.ZstdDecompressor().decompressobj()
-        out.append(obj.decompress(data))
-        if not obj.eof:
-            raise ValueError("truncated zstd frame")
-        data = obj.unused_data
-    return b"".join(out)
-
-
-def _parse_file(rel: str, content: bytes, exp: _Expected, rows: dict[str, list]) -> None:
-    def emit(
-        kind: str,
-        line_number: int | None,
-        reason: str | None,
-        raw: str | None,
-        payload: contract.Payload | None = None,
-    ) -> None:
-        rows["kind"].append(kind)
-        rows["hour"].append(exp.hour)
-        rows["client_id"].append(exp.client_id)
-        rows["file"].append(rel)
-        rows["line_number"].append(line_number)
-        rows["reason"].append(reason)
-        rows["raw_text"].append(raw)
-        for name in (
-            "payload_id",
-            "user_id",
-            "event_type",
-            "page_url",
-            "device",
-            "referrer",
-            "schema_version",
-        ):
-            rows[name].append(getattr(payload, name) if payload else None)
-        rows["event_time"].append(payload.event_time_ms * 1000 if payload else None)
-        rows["received_at"].append(payload.received_at_ms * 1000 if payload else None)
-
+def _checkpoint(batches: Iterator) -> Iterator:
     faults.checkpoint(faults.SHADOW_WRITE)
-    digest = hashlib.sha256(content).hexdigest()
-    if digest != exp.sha256:
-        emit(
-            KIND_QUARANTINE,
-            None,
-            f"{contract.FILE_DIGEST_MISMATCH}: sha256 {digest} != manifest {exp.sha256} "
-            f"({len(content)} bytes); {exp.records} lines not read",
-            None,
-        )
-        return
-    try:
-        text = _decompress(content)
-    except Exception as exc:  # zstd errors have no common base class worth naming
-        emit(
-            KIND_QUARANTINE,
-            None,
-            f"{contract.FILE_UNREADABLE}: {exc}; {exp.records} lines not read",
-            None,
-        )
-        return
-    lines = text.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    for number, line in enumerate(lines, start=1):
-        try:
-            payload = contract.parse_line(line, exp.client_id, exp.hour_start_ms)
-        except contract.Rejected as exc:
-            emit(KIND_QUARANTINE, number, str(exc), line.decode("utf-8", "backslashreplace"))
-        else:
-            emit(KIND_PAYLOAD, number, None, None, payload)
+    yield from batches
 
 
-def _parser(expected: dict[str, _Expected]):
-    def parse_batches(batches: Iterator) -> Iterator:
+def _file_checks(spark: SparkSession, paths: list[str], expected: DataFrame) -> DataFrame:
+    """One row per file: the manifest entry, the actual digest and size."""
+    files = spark.read.format("binaryFile").load(paths)
+    if faults.armed(faults.SHADOW_WRITE):  # fault-injection tests: a Python step to stop in
+        files = files.mapInArrow(_checkpoint, files.schema)
+    return files.select(
+        _rel(F.col("path")).alias("file"),
+        F.sha2(F.col("content"), 256).alias("actual_sha256"),
+        F.length(F.col("content")).alias("bytes"),
+    ).join(F.broadcast(expected), "file")
+
+
+def _parse(spark: SparkSession, paths: list[str], expected: DataFrame) -> DataFrame:
+    """Every line judged in the JVM (``UNDECIDED`` ones marked), plus file-level rows."""
+    checks = _file_checks(spark, paths, expected)
+    digest_ok = F.col("actual_sha256") == F.col("sha256")
+    readable = F.broadcast(
+        checks.where(digest_ok).select("file", "hour", "client_id", "hour_start_ms")
+    )
+    texts = (
+        spark.read.option("ignoreCorruptFiles", "true")
+        .text(paths, wholetext=True)
+        .select(_rel(F.col("_metadata.file_path")).alias("file"), "value")
+        .join(readable, "file")
+    )
+    value = F.col("value")
+    raw_split = F.transform(  # each line keeps its bytes, valid UTF-8 or not
+        F.split(F.decode(value.cast("binary"), "ISO-8859-1"), "\n", -1),
+        lambda x: F.encode(x, "ISO-8859-1").cast("string"),
+    )
+    parts = F.when(F.is_valid_utf8(value), F.split(value, "\n", -1)).otherwise(raw_split)
+    # "a\nb\n" splits into ["a", "b", ""]: the empty string after the last newline is no
+    # line (as in the reference); one null element is appended as the file's read marker.
+    split = texts.select("file", "hour", "client_id", "hour_start_ms", parts.alias("parts"))
+    parts = F.col("parts")
+    lines = split.select(
+        "file",
+        "hour",
+        "client_id",
+        "hour_start_ms",
+        F.size(parts).alias("n"),
+        (F.size(parts) - F.when(F.element_at(parts, -1) == "", 1).otherwise(0)).alias("n_lines"),
+        F.posexplode(F.concat(parts, F.array(F.lit(None).cast("string")))).alias("pos", "line"),
+    ).where((F.col("pos") < F.col("n_lines")) | (F.col("pos") == F.col("n")))
+    judged = judge(lines, "line", "client_id")
+    reason, line = F.col("reason"), F.col("line")
+    hour_start = F.col("hour_start_ms")
+    kind = (
+        F.when(F.col("pos") == F.col("n"), F.lit(_KIND_READ))
+        .when(reason.isNull(), F.lit(KIND_PAYLOAD))
+        .when(reason == UNDECIDED, F.lit(_KIND_UNDECIDED))
+        .otherwise(F.lit(KIND_QUARANTINE))
+    )
+    judged = judged.withColumn("kind", kind)
+    kind = F.col("kind")
+    is_payload = kind == KIND_PAYLOAD
+
+    def payload(name: str) -> Column:
+        return F.when(is_payload, F.col(name))
+
+    received_ms = F.col("received_at_ms")
+    line_rows = judged.select(
+        "kind",
+        "hour",
+        "client_id",
+        "file",
+        (F.col("pos") + 1).cast("long").alias("line_number"),
+        F.when(kind == KIND_QUARANTINE, reason).alias("reason"),
+        F.when(kind == KIND_QUARANTINE, line).alias("raw_text"),
+        payload("payload_id").alias("payload_id"),
+        payload("user_id").alias("user_id"),
+        F.when(is_payload, F.timestamp_millis(F.col("event_time_ms"))).alias("event_time"),
+        F.when(is_payload, F.timestamp_millis(received_ms)).alias("received_at"),
+        payload("event_type").alias("event_type"),
+        payload("page_url").alias("page_url"),
+        payload("device").alias("device"),
+        payload("referrer").alias("referrer"),
+        payload("schema_version").alias("schema_version"),
+        F.when(is_payload, ~received_ms.between(hour_start, hour_start + (_HOUR_MS - 1))).alias(
+            "received_outside_hour"
+        ),
+        F.when(kind == _KIND_UNDECIDED, line.cast("binary")).alias("raw_bytes"),
+        F.lit(None).cast("bigint").alias("records"),
+        F.lit(None).cast("boolean").alias("empty"),
+    )
+    file_rows = checks.select(
+        F.lit(_KIND_FILE).alias("kind"),
+        "hour",
+        "client_id",
+        "file",
+        F.lit(None).cast("long").alias("line_number"),
+        F.when(
+            ~digest_ok,
+            F.concat(
+                F.lit(f"{contract.FILE_DIGEST_MISMATCH}: sha256 "),
+                F.col("actual_sha256"),
+                F.lit(" != manifest "),
+                F.col("sha256"),
+                F.lit(" ("),
+                F.col("bytes").cast("string"),
+                F.lit(" bytes); "),
+                F.col("records").cast("string"),
+                F.lit(" lines not read"),
+            ),
+        ).alias("reason"),
+        *(
+            F.lit(None).cast(t).alias(c)
+            for c, t in (
+                ("raw_text", "string"),
+                ("payload_id", "string"),
+                ("user_id", "string"),
+                ("event_time", "timestamp"),
+                ("received_at", "timestamp"),
+                ("event_type", "string"),
+                ("page_url", "string"),
+                ("device", "string"),
+                ("referrer", "string"),
+                ("schema_version", "int"),
+                ("received_outside_hour", "boolean"),
+                ("raw_bytes", "binary"),
+            )
+        ),
+        "records",
+        (F.col("bytes") == 0).alias("empty"),
+    )
+    return line_rows.unionByName(file_rows)
+
+
+def _reference(hour_starts: dict[str, int]):
+    """``contract.parse_line`` over the undecided lines (Arrow batches in, rows out)."""
+
+    def judge(batches: Iterator) -> Iterator:
         import pyarrow as pa
 
         ts = pa.timestamp("us", tz="UTC")
@@ -129,36 +209,106 @@ def _parser(expected: dict[str, _Expected]):
             "schema_version": pa.int32(),
             "event_time": ts,
             "received_at": ts,
+            "received_outside_hour": pa.bool_(),
         }
         for batch in batches:
-            paths = batch.column("path").to_pylist()
-            contents = batch.column("content").to_pylist()
-            for path, content in zip(paths, contents, strict=True):
-                rel = unquote(path[path.rfind("raw/date=") :])
-                rows: dict[str, list] = {c: [] for c in _COLUMNS}
-                _parse_file(rel, content, expected[rel], rows)
-                yield pa.RecordBatch.from_arrays(
-                    [pa.array(rows[c], type=types.get(c, pa.string())) for c in _COLUMNS],
-                    names=_COLUMNS,
+            rows: dict[str, list] = {c: [] for c in _COLUMNS}
+            for record in batch.to_pylist():
+                hour_start = hour_starts[record["hour"]]
+                raw: bytes = record["raw_bytes"]
+                try:
+                    p = contract.parse_line(raw, record["client_id"], hour_start)
+                except contract.Rejected as exc:
+                    p, reason = None, str(exc)
+                rows["kind"].append(KIND_QUARANTINE if p is None else KIND_PAYLOAD)
+                for name in ("hour", "client_id", "file", "line_number"):
+                    rows[name].append(record[name])
+                rows["reason"].append(reason if p is None else None)
+                rows["raw_text"].append(
+                    raw.decode("utf-8", "backslashreplace") if p is None else None
                 )
+                for name in (
+                    "payload_id",
+                    "user_id",
+                    "event_type",
+                    "page_url",
+                    "device",
+                    "referrer",
+                    "schema_version",
+                ):
+                    rows[name].append(getattr(p, name) if p else None)
+                rows["event_time"].append(p.event_time_ms * 1000 if p else None)
+                rows["received_at"].append(p.received_at_ms * 1000 if p else None)
+                rows["received_outside_hour"].append(
+                    contract.received_outside_hour(p, hour_start) if p else None
+                )
+            yield pa.RecordBatch.from_arrays(
+                [pa.array(rows[c], type=types.get(c, pa.string())) for c in _COLUMNS],
+                names=_COLUMNS,
+            )
 
-    return parse_batches
+    return judge
 
 
-def read_folders(spark: SparkSession, store: BackupStore, folders: list[Folder]) -> DataFrame:
-    """Every line of the closed folders' part files, parsed (schema ``PARSED_SCHEMA``)."""
-    expected = {
-        f.rel_path: _Expected(
-            folder.hour,
-            int(parse_hour(folder.hour).timestamp() * 1000),
-            folder.client_id,
-            f.sha256,
-            f.records,
-        )
+@contextmanager
+def read_folders(
+    spark: SparkSession, store: BackupStore, folders: list[Folder]
+) -> Iterator[DataFrame]:
+    """Every line of the closed folders' part files, judged (schema ``PARSED_SCHEMA``).
+
+    A context manager: the JVM pass is cached (memory and disk) while the caller uses the
+    frame (it may run several Spark actions on it) and released on exit.
+    """
+    hour_starts = {f.hour: int(parse_hour(f.hour).timestamp() * 1000) for f in folders}
+    expected = [
+        (f.rel_path, folder.hour, folder.client_id, hour_starts[folder.hour], f.sha256, f.records)
         for folder in folders
         for f in folder.files
-    }
+    ]
     if not expected:
-        return spark.createDataFrame([], PARSED_SCHEMA)
-    files = store.read_files(spark, sorted(expected))
-    return files.mapInArrow(_parser(expected), PARSED_SCHEMA)
+        yield spark.createDataFrame([], PARSED_SCHEMA)
+        return
+    if not store.spark_reads_files():
+        from backfill_assets.backups.reader_executors import read_with_executors
+
+        yield read_with_executors(spark, store, folders, PARSED_SCHEMA, _COLUMNS)
+        return
+    paths = [store.spark_path(rel) for rel, *_ in sorted(expected)]
+    judged = _parse(spark, paths, spark.createDataFrame(expected, _FILES_SCHEMA)).persist(
+        StorageLevel.MEMORY_AND_DISK
+    )
+    try:
+        kind = F.col("kind")
+        decided = judged.where(kind.isin(KIND_PAYLOAD, KIND_QUARANTINE)).select(*_COLUMNS)
+        undecided = (
+            judged.where(kind == _KIND_UNDECIDED)
+            .select("hour", "client_id", "file", "line_number", "raw_bytes")
+            .repartition(1)  # a handful of lines: one Python task
+            .mapInArrow(_reference(hour_starts), PARSED_SCHEMA)
+        )
+        files = judged.where(kind == _KIND_FILE)
+        read = judged.where(kind == _KIND_READ).select("file")
+        unreadable = (
+            files.where(F.col("reason").isNull() & ~F.col("empty"))
+            .join(read, "file", "left_anti")
+            .withColumn(
+                "reason",
+                F.concat(
+                    F.lit(
+                        f"{contract.FILE_UNREADABLE}: not a complete zstd frame of text "
+                        "(Spark could not decompress it); "
+                    ),
+                    F.col("records").cast("string"),
+                    F.lit(" lines not read"),
+                ),
+            )
+        )
+        corrupt = files.where(F.col("reason").isNotNull())
+        file_rows = (
+            corrupt.unionByName(unreadable)
+            .withColumn("kind", F.lit(KIND_QUARANTINE))
+            .select(*_COLUMNS)
+        )
+        yield decided.unionByName(undecided).unionByName(file_rows)
+    finally:
+        judged.unpersist()

@@ -11,11 +11,63 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from backfill_assets.cli.main import CommandError
 
 START = "2026-11-20T00"
+TINY_START = "2026-10-01T00"
+
+
+@dataclass
+class LayerTiming:
+    layer: str
+    hours: int
+    seconds: float
+    success: bool
+    failures: list[str]
+
+
+def run_project(defs, instance, ranges: list[tuple[str, str, str]]) -> list[LayerTiming]:
+    """The project's release over ``ranges``, one run per layer (timed apart) and then the
+    publish step, in this process (``launch.execute_in_process``: the same assets, checks
+    and publish transaction a Dagster backfill runs, without the daemon's iterations)."""
+    import uuid
+
+    from backfill_assets import launch
+    from backfill_assets.partitions import hour_range
+
+    stages = [([layer], first, last) for layer, first, last in ranges]
+    runs = launch.execute_in_process(
+        defs,
+        instance,
+        [*stages, ([], None, None)],
+        release_id=f"bench-{uuid.uuid4().hex[:8]}",
+        run_tags=launch.request_tags(dry_run=False, reason="benchmark"),
+    )
+    timings = [
+        LayerTiming(layer, len(hour_range(first, last)), run.seconds, run.success, run.failures)
+        for (layer, first, last), run in zip(ranges, runs, strict=False)
+    ]
+    if len(runs) > len(ranges):  # the publish step: all layers in one transaction
+        publish = runs[len(ranges)]
+        timings.append(
+            LayerTiming("publish", 0, publish.seconds, publish.success, publish.failures)
+        )
+    return timings
+
+
+def _ranges(layers: list[str], start: str, hours: int) -> list[tuple[str, str, str]]:
+    from backfill_assets.partitions import shift_hour
+
+    last = shift_hour(start, hours - 1)
+    return [
+        (layer, start, last)
+        if layer != "aggregated"
+        else (layer, shift_hour(start, 3), shift_hour(last, -3))
+        for layer in layers
+    ]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -34,6 +86,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--clients", type=int, default=8, help="clients (default 8)")
     p.add_argument("--layers", default=None, help="comma-separated layers (default: all)")
     p.add_argument("--keep", metavar="DIR", help="work in DIR and keep it (default: a temp dir)")
+    p.add_argument(
+        "--compare",
+        action="store_true",
+        help="also run a plain PySpark job of the same three layers and print the ratio",
+    )
+    p.add_argument(
+        "--fixed-cost-hours",
+        type=int,
+        default=None,
+        help="backfill this many hours of tiny data and print seconds per partition-hour "
+        "(default 168 with --compare, else 0 = skip)",
+    )
     p.set_defaults(handler=run)
 
 
@@ -42,11 +106,15 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError("need --payloads >= 1000, --hours >= 8 and --clients >= 1")
     from backfill_assets.definitions import build_definitions
     from backfill_assets.generator import generate_backups
-    from backfill_assets.launch import LAYERS, launch, validate_layers
-    from backfill_assets.partitions import shift_hour
+    from backfill_assets.launch import LAYERS, validate_layers
     from backfill_assets.settings import Settings
 
     layers = validate_layers(args.layers.split(",") if args.layers else LAYERS)
+    fixed_hours = args.fixed_cost_hours
+    if fixed_hours is None:
+        fixed_hours = 168 if args.compare else 0
+    if args.compare and list(layers) != list(LAYERS):
+        raise CommandError("--compare runs all three layers; drop --layers")
     with tempfile.TemporaryDirectory(prefix="backfill-bench-") as scratch:
         root = Path(args.keep or scratch)
         # The generator's default shape yields about one payload per user and hour.
@@ -65,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
         generated = time.monotonic() - started
         print(
             f"generate: {summary.payloads:,} payloads, {summary.lines:,} lines, "
-            f"{summary.files} files in {generated:.1f}s "
+            f"{summary.files} files, {summary.bytes / 1e6:,.1f} MB in {generated:.1f}s "
             f"({summary.lines / generated:,.0f} lines/s)"
         )
         settings = Settings.from_env(
@@ -78,23 +146,89 @@ def run(args: argparse.Namespace) -> int:
         import dagster as dg
 
         (root / "dagster_home").mkdir(parents=True, exist_ok=True)
-        last = shift_hour(START, args.hours - 1)
-        ranges = [
-            (layer, START, last)
-            if layer != "aggregated"
-            else (layer, shift_hour(START, 3), shift_hour(last, -3))
-            for layer in layers
-        ]
+        ranges = _ranges(layers, START, args.hours)
+        plain = None
+        if args.compare:
+            from backfill_assets.cli.bench_plain import run_plain
+            from backfill_assets.partitions import hour_range
+            from backfill_assets.resources.spark import spark_session
+
+            spark = spark_session(settings)  # started before anything is timed
+            spark.range(1).count()
+            aggregated = next(r for r in ranges if r[0] == "aggregated")
+            plain = run_plain(
+                spark,
+                str((root / "backups").resolve()),
+                str((root / "plain").resolve()),
+                hour_range(aggregated[1], aggregated[2]),
+            )
         with dg.DagsterInstance.local_temp(
             str(root / "dagster_home"), overrides={"telemetry": {"enabled": False}}
         ) as inst:
-            runs = launch(build_definitions(settings), inst, ranges, reason="benchmark")
-        print(f"{'layer':<12} {'hours':>5} {'seconds':>8} {'rows/s (lines read)':>20}  result")
-        for r in runs:
-            per_second = summary.lines / r.seconds if r.layer == "raw" else float("nan")
-            shown = f"{per_second:,.0f}" if r.layer == "raw" else "-"
+            runs = run_project(build_definitions(settings), inst, ranges)
+            ok = all(r.success for r in runs) and len(runs) == len(ranges) + 1
             print(
-                f"{r.layer:<12} {r.hours:>5} {r.seconds:>8.1f} {shown:>20}  "
-                f"{'ok' if r.success else 'FAILED: ' + '; '.join(r.failures)}"
+                f"{'layer':<12} {'hours':>5} {'seconds':>8} {'payloads/s (lines read)':>24}  result"
             )
-        return 0 if all(r.success for r in runs) and len(runs) == len(ranges) else 1
+            for r in runs:
+                shown = f"{summary.lines / r.seconds:,.0f}" if r.layer == "raw" else "-"
+                print(
+                    f"{r.layer:<12} {r.hours:>5} {r.seconds:>8.1f} {shown:>24}  "
+                    f"{'ok' if r.success else 'FAILED: ' + '; '.join(r.failures)}"
+                )
+            if plain is not None:
+                project = {r.layer: r.seconds for r in runs}
+                total = sum(project.values())
+                print("compare (same tree, same session; seconds):")
+                print(f"{'layer':<12} {'plain':>8} {'project':>8} {'ratio':>6}")
+                for layer, seconds in (
+                    ("raw", plain.raw),
+                    ("transformed", plain.transformed),
+                    ("aggregated", plain.aggregated),
+                    ("total", plain.total),
+                ):
+                    mine = total if layer == "total" else project.get(layer, float("nan"))
+                    print(f"{layer:<12} {seconds:>8.1f} {mine:>8.1f} {mine / seconds:>6.2f}")
+                print(
+                    f"plain raw: {summary.lines / plain.raw:,.0f} lines/s; "
+                    f"project raw: {summary.lines / project.get('raw', float('nan')):,.0f} lines/s"
+                )
+            if fixed_hours:
+                ok = _fixed_cost(root, inst, fixed_hours) and ok
+        return 0 if ok else 1
+
+
+def _fixed_cost(root: Path, instance, hours: int) -> bool:
+    """Backfill every layer over ``hours`` of tiny data: seconds per partition-hour."""
+    from backfill_assets.definitions import build_definitions
+    from backfill_assets.generator import generate_backups
+    from backfill_assets.launch import LAYERS
+    from backfill_assets.settings import Settings
+
+    generate_backups(
+        root / "tiny",
+        start=TINY_START,
+        hours=hours,
+        clients=1,
+        users_per_client=2,
+        seed=2,
+        write_truth=False,
+        force=True,
+    )
+    settings = Settings.from_env(
+        {
+            "BACKUP_ROOT": str(root / "tiny"),
+            "DATA_ROOT": str(root / "data"),
+            "DAGSTER_HOME": str(root / "dagster_home"),
+        }
+    )
+    ranges = _ranges(list(LAYERS), TINY_START, hours)
+    runs = run_project(build_definitions(settings), instance, ranges)
+    partition_hours = sum(r.hours for r in runs)
+    seconds = sum(r.seconds for r in runs)
+    detail = ", ".join(f"{r.layer} {r.seconds:.1f}s/{r.hours}h" for r in runs)
+    print(
+        f"fixed cost: {hours} hours of tiny data, {partition_hours} partition-hours in "
+        f"{seconds:.1f}s = {seconds / max(partition_hours, 1):.2f} s per partition-hour ({detail})"
+    )
+    return all(r.success for r in runs) and len(runs) == len(ranges) + 1

@@ -60,6 +60,9 @@ RAW_DIR = "raw"
 HELD_BACK_DIR = "_held_back"
 TRUTH_DIR = truth.TRUTH_DIR
 ZSTD_LEVEL = 3
+# A redelivery this long after the first delivery (a consumer restart) keeps the first
+# delivery's received_at; quicker re-sends carry their own.
+REDELIVERY_KEEPS_MS = 300_000
 STREAM_CHUNK = 1 << 20
 # Below this many expected payloads the work runs in-process (no pool start-up).
 _PARALLEL_THRESHOLD = 50_000
@@ -100,6 +103,8 @@ class GenerationSummary:
     lines: int = 0  # all lines written, malformed included
     malformed: int = 0
     duplicates: int = 0  # lines that re-deliver a payload already written
+    # valid lines whose received_at lies outside their folder's hour (valid, counted)
+    received_outside_hour: int = 0
     late: int = 0  # payloads in the tree delivered 1 h or more after their event
     late_hours: int = 0
     late_days: int = 0
@@ -127,7 +132,8 @@ class GenerationSummary:
             f"{self.users_per_client} users (seed {self.seed}): {self.folders:,} folders, "
             f"{self.files:,} part files, {self.bytes / 1e6:,.1f} MB compressed, "
             f"{self.lines:,} lines = {self.payloads_in_tree:,} distinct payloads + "
-            f"{self.duplicates:,} duplicate deliveries + {self.malformed:,} malformed lines. "
+            f"{self.duplicates:,} duplicate deliveries + {self.malformed:,} malformed lines "
+            f"({self.received_outside_hour:,} lines received outside their folder's hour). "
             f"{self.late:,} payloads ({late_share:.1%}) arrived late "
             f"({self.late_hours:,} hours late, {self.late_days:,} days late), "
             f"{self.clock_ahead:,} with a browser clock ahead of the backup tool; "
@@ -518,13 +524,19 @@ def _run_client(task: _ClientTask) -> _ClientResult:
     d_hour = (d_received - shape.start_ms) // HOUR_MS
 
     heads, tails = _line_parts(world)
-    received_iso = _iso(d_received)
+    # A redelivery after a consumer restart keeps the received_at of its first delivery,
+    # possibly in an earlier hour than its folder (valid; counted per hour).
+    restart = d_is_dup & (d_received - world.received_ms[d_payload] >= REDELIVERY_KEEPS_MS)
+    written_ms = np.where(restart, world.received_ms[d_payload], d_received)
+    outside = written_ms // HOUR_MS != d_received // HOUR_MS
+    received_iso = _iso(written_ms)
     lines = [
         f'{heads[p]}"received_at":"{iso}Z"{tails[p]}'
         for p, iso in zip(d_payload.tolist(), received_iso, strict=True)
     ]
     bounds = np.searchsorted(d_hour, np.arange(shape.hours + 1)).tolist()
     dup_per_hour = np.bincount(d_hour[d_is_dup], minlength=shape.hours).tolist()
+    outside_per_hour = np.bincount(d_hour[outside], minlength=shape.hours).tolist()
 
     counts = dict.fromkeys(("folders", "held_back", "files", "bytes", "lines", "malformed"), 0)
     folders: list[dict[str, Any]] = []
@@ -568,6 +580,7 @@ def _run_client(task: _ClientTask) -> _ClientResult:
                 "lines": len(folder_lines),
                 "malformed": bad,
                 "duplicates": dup_per_hour[h],
+                "received_outside_hour": outside_per_hour[h],
                 "payloads": hi - lo - dup_per_hour[h],
             }
         )
@@ -576,6 +589,7 @@ def _run_client(task: _ClientTask) -> _ClientResult:
     counts["payloads"] = n
     counts["payloads_in_tree"] = int(in_tree.sum())
     counts["duplicates"] = int(d_is_dup.sum())
+    counts["received_outside_hour"] = int(outside.sum())
     counts["late_hours"] = int((in_tree & (world.delay_kind == LATE_HOURS)).sum())
     counts["late_days"] = int((in_tree & (world.delay_kind == LATE_DAYS)).sum())
     counts["clock_ahead"] = int((in_tree & (world.event_ms > world.received_ms)).sum())
@@ -800,6 +814,7 @@ def _merge(
             "lines",
             "malformed",
             "duplicates",
+            "received_outside_hour",
             "late_hours",
             "late_days",
             "clock_ahead",

@@ -168,7 +168,9 @@ def read_truth_sessions(root: str | Path) -> list[dict[str, Any]]:
 
 
 def read_truth_folders(root: str | Path) -> list[dict[str, Any]]:
-    """Every folder written: hour, client_id, path, held_back, lines, malformed, duplicates."""
+    """Every folder written: hour, client_id, path, held_back, lines, malformed, duplicates,
+    received_outside_hour (valid lines whose ``received_at`` is outside the folder's hour:
+    they belong to the folder's hour, and the raw layer counts them per hour)."""
     return json.loads(_require(truth_dir(root) / FOLDERS_FILE).read_text())["folders"]
 
 

@@ -16,7 +16,9 @@ The model, per client:
 - Traffic from before the window contributes only what is still in flight at its start:
   a *backlog* of single payloads from the 6 hours (hours-late) and 7 days (days-late)
   before ``start``, at the steady-state rate, received at or after ``start``.
-- ``duplicate_rate`` of payloads are delivered a second time, seconds to 3 hours later.
+- ``duplicate_rate`` of payloads are delivered a second time, seconds to 3 hours later; a
+  re-delivery 5 minutes or more later (a consumer restart) keeps the first delivery's
+  ``received_at``, so it can lie outside its folder's hour (written by ``generate``).
 """
 
 from __future__ import annotations

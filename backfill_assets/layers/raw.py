@@ -3,7 +3,6 @@
 import time
 
 import dagster as dg
-from pyspark import StorageLevel
 from pyspark.sql import functions as F
 
 from backfill_assets.backups.inventory import take_inventory
@@ -93,28 +92,40 @@ def raw_shadow(context: dg.AssetExecutionContext, warehouse: Warehouse, backups:
         context.log.warning(problem)
 
     spark = warehouse.spark
-    parsed = with_lineage(read_folders(spark, backups, folders), context, CODE_VERSION).persist(
-        StorageLevel.MEMORY_AND_DISK
-    )
-    lineage = {
-        **run_lineage(context, CODE_VERSION),
-        "input_files": len(files),
-        "input_bytes": sum(max(f.size, 0) for f in files),
-        "input_digest": digest_of([f"{f.rel_path}:{f.sha256}" for f in files]),
-        "input_files_list": json_metadata(
-            [{"file": f.rel_path, "sha256": f.sha256, "records": f.records} for f in files][:500]
-        ),
-        "manifest_records_per_hour": json_metadata(
-            {h: inv.expected_records for h, inv in inventory.items()}
-        ),
-        "backup_problems": json_metadata(problems[:200]),
-    }
-    try:
+    with read_folders(spark, backups, folders) as lines:
+        parsed = with_lineage(lines, context, CODE_VERSION)
+        payloads = parsed.where(F.col("kind") == KIND_PAYLOAD)
+        # Valid lines whose received_at is outside their folder's hour (contract: they
+        # belong to the folder's hour): a per-hour measure of clock skew and redelivery.
+        outside = {
+            row["hour"]: row["n"]
+            for row in payloads.where(F.col("received_outside_hour"))
+            .groupBy("hour")
+            .agg(F.count(F.lit(1)).alias("n"))
+            .collect()
+        }
+        lineage = {
+            **run_lineage(context, CODE_VERSION),
+            "input_files": len(files),
+            "input_bytes": sum(max(f.size, 0) for f in files),
+            "input_digest": digest_of([f"{f.rel_path}:{f.sha256}" for f in files]),
+            "input_files_list": json_metadata(
+                [{"file": f.rel_path, "sha256": f.sha256, "records": f.records} for f in files][
+                    :500
+                ]
+            ),
+            "manifest_records_per_hour": json_metadata(
+                {h: inv.expected_records for h, inv in inventory.items()}
+            ),
+            "received_outside_hour": sum(outside.values()),
+            "received_outside_hour_per_hour": json_metadata(
+                {h: outside.get(h, 0) for h in hours if outside.get(h)}
+            ),
+            "backup_problems": json_metadata(problems[:200]),
+        }
         yield dg.MaterializeResult(
             asset_key=SHADOW_PAYLOADS,
-            value=parsed.where(F.col("kind") == KIND_PAYLOAD).select(
-                *PAYLOAD_COLUMNS, "run_id", "code_version", "hour"
-            ),
+            value=payloads.select(*PAYLOAD_COLUMNS, "run_id", "code_version", "hour"),
             metadata=lineage,
         )
         yield dg.MaterializeResult(
@@ -124,5 +135,3 @@ def raw_shadow(context: dg.AssetExecutionContext, warehouse: Warehouse, backups:
             ),
             metadata={**lineage, "seconds": round(time.monotonic() - started, 2)},
         )
-    finally:
-        parsed.unpersist()

@@ -41,6 +41,10 @@ class BackupStore(dg.ConfigurableResource):
     def spark_path(self, rel: str) -> str:
         raise NotImplementedError
 
+    def spark_reads_files(self) -> bool:
+        """Whether Spark opens this store's files itself (else ``read_files`` fetches them)."""
+        return True
+
     def read_files(self, spark: Any, rels: list[str]) -> Any:
         """A DataFrame ``path string, content binary`` of the files ``rels``, read by the
         executors; ``path`` ends with the file's path relative to the root."""
@@ -114,6 +118,9 @@ class S3BackupStore(BackupStore):
             or os.environ.get("AWS_ENDPOINT_URL_S3")
             or os.environ.get("AWS_ENDPOINT_URL")
         )
+
+    def spark_reads_files(self) -> bool:
+        return False  # no hadoop-aws on the image: the executors fetch with pyarrow
 
     def read_files(self, spark: Any, rels: list[str]) -> Any:
         if not rels:

@@ -80,7 +80,6 @@ def test_undecodable_lines(raw: bytes, code: str):
         ({"event_time": "yesterday"}, contract.BAD_VALUE, "event_time"),
         ({"page_url": "/relative"}, contract.BAD_VALUE, "page_url"),
         ({"client_id": 8}, contract.CLIENT_MISMATCH, "client_id 8"),
-        ({"received_at": "2026-11-20T05:00:00Z"}, contract.HOUR_MISMATCH, "received_at"),
     ],
 )
 def test_contract_violations_are_named(change: dict, code: str, detail: str):
@@ -99,3 +98,45 @@ def test_iso_round_trip():
     assert contract.format_iso_ms(contract.parse_iso_ms("2026-11-20T03:15:42.123Z")) == (
         "2026-11-20T03:15:42.123Z"
     )
+
+
+def test_received_at_outside_the_folder_hour_is_valid_and_counted():
+    """Contract update: the folder decides the hour; such a line is only counted."""
+    late = {**V1, "received_at": "2026-11-20T05:00:00Z"}
+    early = {**V2, "received_at": "2026-11-20T02:59:59.999Z"}
+    inside = parse_line(line(V1), 7, HOUR)
+    for record in (late, early):
+        payload = parse_line(line(record), 7, HOUR)
+        assert contract.received_outside_hour(payload, HOUR)
+        assert payload.received_at_ms == contract.parse_iso_ms(record["received_at"])
+    assert not contract.received_outside_hour(inside, HOUR)
+
+
+@pytest.mark.parametrize(
+    ("raw", "code", "detail"),
+    [
+        # issue 9 item 2: each of these crashed a Python worker instead of a quarantine row
+        (line({**V1, "page_url": "http://[::1/x"}), contract.BAD_VALUE, "Invalid IPv6 URL"),
+        (line({**V1, "page_url": "http://ex\uff0fample.com/"}), contract.BAD_VALUE, "NFKC"),
+        (line({**V1, "user_id": "\ud800"}), contract.BAD_VALUE, "user_id holds a lone surrogate"),
+        (line({**V2, "referrer": "x\udfff"}), contract.BAD_VALUE, "referrer"),
+        (line({**V1, "page_url": "https://a.example/\ud83d"}), contract.BAD_VALUE, "page_url"),
+        (b"[" * 200_000, contract.NOT_JSON, "nested too deeply"),
+        (b'{"a":' * 100_000, contract.NOT_JSON, ""),
+        (b'{"x":' + b"9" * 5000 + b"}", contract.NOT_JSON, "digits"),
+        (
+            line({**V1, "received_at": "9999-12-31T23:59:59-23:59"}),
+            contract.BAD_VALUE,
+            "out of range",
+        ),
+        (line({**V1, "event_time": "\x00"}), contract.BAD_VALUE, "event_time"),
+        (b'{"payload_id":"p1","payload_id":7}', contract.WRONG_TYPE, "payload_id"),  # last wins
+        (b"\xed\xa0\x80", contract.NOT_UTF8, "invalid continuation"),  # encoded surrogate
+        (line({**V2, "event_time_ms": 1795144542123.0}), contract.WRONG_TYPE, "got float"),
+        (line({**V2, "event_time_ms": 10**30}), contract.BAD_VALUE, str(10**30)),
+        (line({**V1, "client_id": float("nan")}), contract.WRONG_TYPE, "got float"),
+    ],
+)
+def test_every_line_gets_a_verdict_never_an_exception(raw: bytes, code: str, detail: str):
+    text = reason(raw)
+    assert text.startswith(code + ":") and detail in text

@@ -1,6 +1,7 @@
 """Raw layer end to end on real Spark, metastore and Dagster instance (issue 3), as releases."""
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import dagster as dg
@@ -9,6 +10,7 @@ from conftest import read_tree_lines, write_backup_folder, zst
 from pyspark.sql import functions as F
 
 from backfill_assets import tags
+from backfill_assets.generator.truth import read_truth_folders
 from backfill_assets.layers.raw import (
     CODE_VERSION,
     LAYER,
@@ -52,7 +54,7 @@ RAW_ONLY = {"downstream": False}  # these tests are about the raw layer alone
 def test_range_runs_once_and_publishes_exactly_the_valid_lines(
     spark, make_backups, run_release, instance, capsys
 ):
-    backups = make_backups(malformed_rate=0.05, duplicate_rate=0.05)
+    backups = make_backups(malformed_rate=0.05, duplicate_rate=0.3)
     valid, malformed = read_tree_lines(backups)
     assert malformed and len(valid) != len({v[0] for v in valid}), "tree must have junk + dups"
 
@@ -80,6 +82,12 @@ def test_range_runs_once_and_publishes_exactly_the_valid_lines(
     assert sum(lineage["rows_per_hour"].values()) == len(valid)
     assert set(lineage["checksum_per_hour"]) == set(HOURS)
     assert lineage["rows_per_second"] > 0 and "location" in lineage
+    # contract: a line received outside its folder's hour is published in it and counted
+    outside = Counter()
+    for folder in read_truth_folders(backups):
+        outside[folder["hour"]] += folder["received_outside_hour"]
+    assert lineage["received_outside_hour_per_hour"] == {h: n for h, n in outside.items() if n}
+    assert lineage["received_outside_hour"] == sum(outside.values()) > 0
     # one materialization per published (table, hour), all of one transaction
     events = [published_event(instance, hour) for hour in HOURS]
     assert all(e["status"] == "published" for e in events)

@@ -1,0 +1,155 @@
+"""The plain PySpark job ``bench --compare`` measures the project against.
+
+The same three layers as the product, written for speed and nothing else (no checks, no
+lineage, no publish, no quarantine rows, no metastore): read and parse the part files,
+typed raw rows, distinct normalized payloads per received hour, and the sessions of each
+hour from its own received-hour window. It lives in the bench code on purpose: the product
+never imports it, so it stays an independent yardstick.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from backfill_assets.backups.contract import DEVICES, EVENT_TYPES
+
+_SCHEMA = (
+    "schema_version bigint, payload_id string, client_id bigint, user_id string, "
+    "event_time string, event_time_ms bigint, received_at string, event_type string, "
+    "page_url string, device string, referrer string"
+)
+_PATH = r"date=(\d{4}-\d{2}-\d{2})/hour=(\d{2})/client_id=(\d+)/"
+_GAP_SECONDS = 1800
+
+
+@dataclass
+class PlainTimes:
+    raw: float
+    transformed: float
+    aggregated: float
+    raw_rows: int
+
+    @property
+    def total(self) -> float:
+        return self.raw + self.transformed + self.aggregated
+
+
+def _raw(spark: SparkSession, backup_root: str) -> DataFrame:
+    lines = spark.read.text(f"{backup_root}/raw/date=*/hour=*/client_id=*/part-*.jsonl.zst")
+    path = F.col("_metadata.file_path")
+    parsed = lines.select(
+        F.concat(
+            F.regexp_extract(path, _PATH, 1), F.lit("T"), F.regexp_extract(path, _PATH, 2)
+        ).alias("hour"),
+        F.regexp_extract(path, _PATH, 3).cast("bigint").alias("folder_client"),
+        F.from_json("value", _SCHEMA).alias("r"),
+    ).select("hour", "folder_client", "r.*")
+    event_time = F.coalesce(
+        F.try_to_timestamp(F.col("event_time")), F.timestamp_millis(F.col("event_time_ms"))
+    )
+    return (
+        parsed.select(
+            "payload_id",
+            "client_id",
+            "user_id",
+            event_time.alias("event_time"),
+            F.try_to_timestamp(F.col("received_at")).alias("received_at"),
+            "event_type",
+            "page_url",
+            "device",
+            "referrer",
+            F.coalesce("schema_version", F.lit(1)).cast("int").alias("schema_version"),
+            "hour",
+            "folder_client",
+        )
+        .where(
+            F.col("payload_id").isNotNull()
+            & F.col("user_id").isNotNull()
+            & F.col("event_time").isNotNull()
+            & F.col("received_at").isNotNull()
+            & F.col("event_type").isin(*EVENT_TYPES)
+            & F.col("device").isin(*DEVICES)
+            & (F.col("client_id") == F.col("folder_client"))
+        )
+        .drop("folder_client")
+    )
+
+
+def _normalized_url(url: F.Column) -> F.Column:
+    no_fragment = F.regexp_replace(url, "#.*$", "")
+    no_utm = F.regexp_replace(no_fragment, r"(?i)([?&])utm_[^&]*(&|$)", "$1")
+    return F.lower(F.regexp_replace(no_utm, r"[?&]+$", ""))
+
+
+def run_plain(
+    spark: SparkSession,
+    backup_root: str,
+    out_dir: str,
+    session_hours: list[str],
+    lookback: int = 3,
+    lookahead: int = 3,
+) -> PlainTimes:
+    """Run the three layers over the whole tree, each written as Parquet under ``out_dir``."""
+    started = time.monotonic()
+    _raw(spark, backup_root).write.mode("overwrite").partitionBy("hour").parquet(f"{out_dir}/raw")
+    raw_seconds = time.monotonic() - started
+
+    started = time.monotonic()
+    raw = spark.read.parquet(f"{out_dir}/raw")
+    first = Window.partitionBy("hour", "payload_id").orderBy("received_at")
+    (
+        raw.withColumn("n", F.row_number().over(first))
+        .where(F.col("n") == 1)
+        .drop("n")
+        .withColumn("page_url", _normalized_url(F.col("page_url")))
+        .write.mode("overwrite")
+        .partitionBy("hour")
+        .parquet(f"{out_dir}/transformed")
+    )
+    transformed_seconds = time.monotonic() - started
+
+    started = time.monotonic()
+    payloads = spark.read.parquet(f"{out_dir}/transformed")
+    received_hour = F.to_timestamp(F.col("hour"), "yyyy-MM-dd'T'HH")
+    # each payload joins the windows of the session hours H with H-lookback <= r <= H+lookahead
+    windows = payloads.select(
+        "client_id",
+        "user_id",
+        "payload_id",
+        "event_time",
+        "event_type",
+        F.explode(F.sequence(F.lit(-lookahead), F.lit(lookback))).alias("shift"),
+        received_hour.alias("received"),
+    ).select(
+        "*",
+        F.date_format(
+            F.col("received") + F.make_interval(hours=F.col("shift")), "yyyy-MM-dd'T'HH"
+        ).alias("session_hour"),
+    )
+    windows = windows.where(F.col("session_hour").isin(*session_hours)).dropDuplicates(
+        ["session_hour", "payload_id"]
+    )
+    by_user = Window.partitionBy("session_hour", "client_id", "user_id").orderBy(
+        "event_time", "payload_id"
+    )
+    gap = F.unix_timestamp("event_time") - F.unix_timestamp(F.lag("event_time").over(by_user))
+    sessions = (
+        windows.withColumn("new", F.when(gap.isNull() | (gap > _GAP_SECONDS), 1).otherwise(0))
+        .withColumn("session", F.sum("new").over(by_user))
+        .groupBy("session_hour", "client_id", "user_id", "session")
+        .agg(
+            F.min("event_time").alias("session_start_at"),
+            F.max("event_time").alias("session_end_at"),
+            F.count(F.lit(1)).alias("payload_count"),
+            F.sum(F.when(F.col("event_type") == "pageview", 1).otherwise(0)).alias("pageviews"),
+        )
+        .where(F.date_format("session_start_at", "yyyy-MM-dd'T'HH") == F.col("session_hour"))
+    )
+    sessions.write.mode("overwrite").partitionBy("session_hour").parquet(f"{out_dir}/sessions")
+    aggregated_seconds = time.monotonic() - started
+    rows = spark.read.parquet(f"{out_dir}/raw").count()
+    return PlainTimes(raw_seconds, transformed_seconds, aggregated_seconds, rows)
