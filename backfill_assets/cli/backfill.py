@@ -63,7 +63,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         f"{DEFAULT_MAX_RANGE_HOURS})",
     )
     _manifest_args(p)
-    p.set_defaults(handler=run_backfill)
+    p.set_defaults(handler=run_backfill, validate=validate_backfill)
 
     text = "publish a checked dry-run release without rebuilding it"
     q = subparsers.add_parser("publish", help=text, description=text)
@@ -122,16 +122,26 @@ def _follow(settings, instance, label: str, *, backfill_id=None, run_id=None) ->
     return 0 if outcome.success else 1
 
 
-def run_backfill(args: argparse.Namespace) -> int:
-    from backfill_assets import launch, tags
+def validate_backfill(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """The range's hours and the release's layers, or one line naming the bad argument."""
+    from backfill_assets import launch
     from backfill_assets.partitions import InvalidHourError
 
-    cap = args.max_hours or int(os.environ.get("BACKFILL_MAX_RANGE_HOURS", DEFAULT_MAX_RANGE_HOURS))
     try:
+        cap = args.max_hours or int(
+            os.environ.get("BACKFILL_MAX_RANGE_HOURS", DEFAULT_MAX_RANGE_HOURS)
+        )
         hours = launch.range_hours(args.first, args.last, cap)
         layers = launch.release_layers(args.layers.split(","), downstream=not args.no_downstream)
     except (InvalidHourError, ValueError) as exc:
         raise CommandError(str(exc)) from None
+    return hours, layers
+
+
+def run_backfill(args: argparse.Namespace) -> int:
+    from backfill_assets import launch, tags
+
+    hours, layers = validate_backfill(args)
     extra = {}
     if args.allow_missing_hours:
         extra[tags.ALLOW_MISSING_HOURS] = "true"

@@ -47,6 +47,9 @@ def _preflight(args: argparse.Namespace) -> None:
     from backfill_assets.partitions import InvalidHourError, hour_range
     from backfill_assets.settings import Settings
 
+    validate = getattr(args, "validate", None)
+    if validate is not None:  # the command's own arguments, before the environment
+        validate(args)
     needs = preflight.needs_of(args.command, vars(args))
     if not needs:
         return
