@@ -42,7 +42,8 @@ def test_two_cli_backfills_are_dagster_backfills_queued_and_both_finish(tmp_path
         "DAGSTER_DISABLE_TELEMETRY": "1",
     }
     commands = [
-        ["backfill", "--from", "2026-11-20T00", "--to", "2026-11-20T01", "--reason", "first"],
+        # every layer of the whole tree (its session windows need every hour of it)
+        ["backfill", "--from", "2026-11-20T00", "--to", "2026-11-20T03", "--reason", "first"],
         [
             "backfill",
             "--from",
