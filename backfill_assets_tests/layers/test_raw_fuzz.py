@@ -34,7 +34,7 @@ def _frame(lines: list[bytes], streaming: bool) -> bytes:
     return stream.compress(data) + stream.flush()
 
 
-def test_fuzz_corpus_every_line_gets_the_reference_verdict(spark, tmp_path: Path, run_layers):
+def test_fuzz_corpus_every_line_gets_the_reference_verdict(spark, tmp_path: Path, run_release):
     lines = edge_lines() + fuzz_lines(seed=11, count=2500)
     assert all(b"\n" not in line for line in lines)
     utf8 = [line for line in lines if _is_utf8(line)]
@@ -53,7 +53,7 @@ def test_fuzz_corpus_every_line_gets_the_reference_verdict(spark, tmp_path: Path
         "part-00003.jsonl.zst": [],
     }
 
-    runs = run_layers(root, [("raw", HOUR, HOUR)])
+    runs = run_release(root, HOUR, HOUR, downstream=False, publish=False).runs
 
     assert runs[0].checks[MANIFEST_RECONCILIATION]["passed"], runs[0].checks
     payloads = spark.table("shadow.raw_payloads").where(F.col("run_id") == runs[0].run_id)

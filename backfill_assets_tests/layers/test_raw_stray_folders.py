@@ -18,16 +18,17 @@ STRAY = "raw/date=2026-11-20/hour=24"
 
 
 def test_a_stray_hour_folder_is_logged_and_holds_back_its_date(
-    spark, make_backups, run_layers, instance: dg.DagsterInstance
+    spark, make_backups, run_release, instance: dg.DagsterInstance
 ) -> None:
     backups = make_backups(hours=2)
     folder = backups / STRAY / "client_id=1"
     folder.mkdir(parents=True)
     (folder / "part-00000.jsonl.zst").write_bytes(zst(['{"payload_id": "lost"}']))
 
-    (run,) = run_layers(backups, [("raw", FIRST, LAST)])
+    release = run_release(backups, FIRST, LAST, downstream=False)
+    run = release.runs[0]
 
-    assert not run.success
+    assert not release.success
     check = run.checks[MANIFEST_RECONCILIATION]
     assert not check["passed"]
     warnings = [
