@@ -166,10 +166,12 @@ def test_releases_build_the_three_layers_one_run_per_range(spark, built: Scenari
 def test_transformed_has_each_distinct_payload_of_the_hour_once_with_url_normalized(
     spark, built: Scenario
 ) -> None:
+    from backfill_assets.reporting.expected import read_deliveries
+
     valid, _ = read_tree_lines(built.root)
     expected: dict[str, set[str]] = defaultdict(set)
-    for payload_id, received_ms, _client in valid:
-        expected[format_iso_ms(received_ms)[:13]].add(payload_id)
+    for hour, payload in read_deliveries(built.root):  # the folder's hour (the contract)
+        expected[hour].add(payload.payload_id)
     assert sum(len(v) for v in expected.values()) < len(valid), "the tree must have duplicates"
     rows = collect(spark, "transformed.payloads", "hour", "payload_id", "page_url")
     got: dict[str, list[str]] = defaultdict(list)
