@@ -28,7 +28,8 @@ def run_manifest(tags: Mapping[str, str]) -> dict[str, str | None]:
         "requested_by": tags.get(REQUESTED_BY),
         "ticket": tags.get(TICKET),
         "mode": tags.get(MODE) or ("backfill" if tags.get(DAGSTER_BACKFILL) else "live"),
-        "backfill_id": tags.get(DAGSTER_BACKFILL),
+        # the release the run builds into: its Dagster backfill unless tagged otherwise
+        "backfill_id": tags.get(RELEASE) or tags.get(DAGSTER_BACKFILL),
     }
 
 

@@ -33,23 +33,23 @@ from pyspark.sql import functions as F
 from backfill_assets import faults
 from backfill_assets.backups import contract
 from backfill_assets.backups.inventory import Folder
+from backfill_assets.backups.parsed_rows import (
+    COLUMNS as _COLUMNS,
+)
+from backfill_assets.backups.parsed_rows import (
+    KIND_PAYLOAD,
+    KIND_QUARANTINE,
+    PARSED_SCHEMA,
+    ParsedRows,
+)
 from backfill_assets.backups.spark_contract import UNDECIDED, judge
 from backfill_assets.partitions import parse_hour
 from backfill_assets.resources.backup_store import BackupStore
 
-KIND_PAYLOAD = "payload"
-KIND_QUARANTINE = "quarantine"
 _KIND_UNDECIDED = "undecided"  # a line for the Python reference
 _KIND_FILE = "file"  # one row per expected file: its digest check
 _KIND_READ = "read"  # one row per file Spark decompressed (marks it readable)
 
-PARSED_SCHEMA = (
-    "kind string, hour string, client_id bigint, file string, line_number bigint, "
-    "reason string, raw_text string, payload_id string, user_id string, "
-    "event_time timestamp, received_at timestamp, event_type string, page_url string, "
-    "device string, referrer string, schema_version int, received_outside_hour boolean"
-)
-_COLUMNS = [c.strip().split(" ")[0] for c in PARSED_SCHEMA.split(",")]
 _FILES_SCHEMA = (
     "file string, hour string, client_id bigint, hour_start_ms bigint, sha256 string, "
     "records bigint"
@@ -200,52 +200,18 @@ def _reference(hour_starts: dict[str, int]):
     """``contract.parse_line`` over the undecided lines (Arrow batches in, rows out)."""
 
     def judge(batches: Iterator) -> Iterator:
-        import pyarrow as pa
-
-        ts = pa.timestamp("us", tz="UTC")
-        types = {
-            "client_id": pa.int64(),
-            "line_number": pa.int64(),
-            "schema_version": pa.int32(),
-            "event_time": ts,
-            "received_at": ts,
-            "received_outside_hour": pa.bool_(),
-        }
         for batch in batches:
-            rows: dict[str, list] = {c: [] for c in _COLUMNS}
+            rows = ParsedRows()
             for record in batch.to_pylist():
-                hour_start = hour_starts[record["hour"]]
-                raw: bytes = record["raw_bytes"]
-                try:
-                    p = contract.parse_line(raw, record["client_id"], hour_start)
-                except contract.Rejected as exc:
-                    p, reason = None, str(exc)
-                rows["kind"].append(KIND_QUARANTINE if p is None else KIND_PAYLOAD)
-                for name in ("hour", "client_id", "file", "line_number"):
-                    rows[name].append(record[name])
-                rows["reason"].append(reason if p is None else None)
-                rows["raw_text"].append(
-                    raw.decode("utf-8", "backslashreplace") if p is None else None
+                rows.judge(
+                    record["raw_bytes"],
+                    hour=record["hour"],
+                    client_id=record["client_id"],
+                    file=record["file"],
+                    line_number=record["line_number"],
+                    hour_start_ms=hour_starts[record["hour"]],
                 )
-                for name in (
-                    "payload_id",
-                    "user_id",
-                    "event_type",
-                    "page_url",
-                    "device",
-                    "referrer",
-                    "schema_version",
-                ):
-                    rows[name].append(getattr(p, name) if p else None)
-                rows["event_time"].append(p.event_time_ms * 1000 if p else None)
-                rows["received_at"].append(p.received_at_ms * 1000 if p else None)
-                rows["received_outside_hour"].append(
-                    contract.received_outside_hour(p, hour_start) if p else None
-                )
-            yield pa.RecordBatch.from_arrays(
-                [pa.array(rows[c], type=types.get(c, pa.string())) for c in _COLUMNS],
-                names=_COLUMNS,
-            )
+            yield rows.batch()
 
     return judge
 
@@ -271,7 +237,7 @@ def read_folders(
     if not store.spark_reads_files():
         from backfill_assets.backups.reader_executors import read_with_executors
 
-        yield read_with_executors(spark, store, folders, PARSED_SCHEMA, _COLUMNS)
+        yield read_with_executors(spark, store, folders, PARSED_SCHEMA)
         return
     paths = [store.spark_path(rel) for rel, *_ in sorted(expected)]
     judged = _parse(spark, paths, spark.createDataFrame(expected, _FILES_SCHEMA)).persist(

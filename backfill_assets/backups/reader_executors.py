@@ -19,11 +19,9 @@ from pyspark.sql import DataFrame, SparkSession
 from backfill_assets import faults
 from backfill_assets.backups import contract
 from backfill_assets.backups.inventory import Folder
+from backfill_assets.backups.parsed_rows import ParsedRows
 from backfill_assets.partitions import parse_hour
 from backfill_assets.resources.backup_store import BackupStore
-
-KIND_PAYLOAD = "payload"
-KIND_QUARANTINE = "quarantine"
 
 
 @dataclass(frozen=True)
@@ -48,93 +46,42 @@ def _decompress(data: bytes) -> bytes:
     return b"".join(out)
 
 
-def _parse_file(rel: str, content: bytes, exp: _Expected, rows: dict[str, list]) -> None:
-    def emit(
-        kind: str,
-        line_number: int | None,
-        reason: str | None,
-        raw: str | None,
-        payload: contract.Payload | None = None,
-    ) -> None:
-        rows["kind"].append(kind)
-        rows["hour"].append(exp.hour)
-        rows["client_id"].append(exp.client_id)
-        rows["file"].append(rel)
-        rows["line_number"].append(line_number)
-        rows["reason"].append(reason)
-        rows["raw_text"].append(raw)
-        for name in (
-            "payload_id",
-            "user_id",
-            "event_type",
-            "page_url",
-            "device",
-            "referrer",
-            "schema_version",
-        ):
-            rows[name].append(getattr(payload, name) if payload else None)
-        rows["event_time"].append(payload.event_time_ms * 1000 if payload else None)
-        rows["received_at"].append(payload.received_at_ms * 1000 if payload else None)
-        rows["received_outside_hour"].append(
-            contract.received_outside_hour(payload, exp.hour_start_ms) if payload else None
-        )
+def _parse_file(rel: str, content: bytes, exp: _Expected, rows: ParsedRows) -> None:
+    where = {"hour": exp.hour, "client_id": exp.client_id, "file": rel}
+
+    def whole_file(reason: str) -> None:
+        rows.add(**where, line_number=None, hour_start_ms=exp.hour_start_ms, reason=reason)
 
     faults.checkpoint(faults.SHADOW_WRITE)
     digest = hashlib.sha256(content).hexdigest()
     if digest != exp.sha256:
-        emit(
-            KIND_QUARANTINE,
-            None,
+        whole_file(
             f"{contract.FILE_DIGEST_MISMATCH}: sha256 {digest} != manifest {exp.sha256} "
-            f"({len(content)} bytes); {exp.records} lines not read",
-            None,
+            f"({len(content)} bytes); {exp.records} lines not read"
         )
         return
     try:
         text = _decompress(content)
     except Exception as exc:  # zstd errors have no common base class worth naming
-        emit(
-            KIND_QUARANTINE,
-            None,
-            f"{contract.FILE_UNREADABLE}: {exc}; {exp.records} lines not read",
-            None,
-        )
+        whole_file(f"{contract.FILE_UNREADABLE}: {exc}; {exp.records} lines not read")
         return
     lines = text.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
     for number, line in enumerate(lines, start=1):
-        try:
-            payload = contract.parse_line(line, exp.client_id, exp.hour_start_ms)
-        except contract.Rejected as exc:
-            emit(KIND_QUARANTINE, number, str(exc), line.decode("utf-8", "backslashreplace"))
-        else:
-            emit(KIND_PAYLOAD, number, None, None, payload)
+        rows.judge(line, **where, line_number=number, hour_start_ms=exp.hour_start_ms)
 
 
-def _parser(expected: dict[str, _Expected], columns: list[str]):
+def _parser(expected: dict[str, _Expected]):
     def parse_batches(batches: Iterator) -> Iterator:
-        import pyarrow as pa
-
-        ts = pa.timestamp("us", tz="UTC")
-        types = {
-            "client_id": pa.int64(),
-            "line_number": pa.int64(),
-            "schema_version": pa.int32(),
-            "event_time": ts,
-            "received_at": ts,
-        }
         for batch in batches:
             paths = batch.column("path").to_pylist()
             contents = batch.column("content").to_pylist()
             for path, content in zip(paths, contents, strict=True):
                 rel = unquote(path[path.rfind("raw/date=") :])
-                rows: dict[str, list] = {c: [] for c in columns}
+                rows = ParsedRows()
                 _parse_file(rel, content, expected[rel], rows)
-                yield pa.RecordBatch.from_arrays(
-                    [pa.array(rows[c], type=types.get(c, pa.string())) for c in columns],
-                    names=columns,
-                )
+                yield rows.batch()
 
     return parse_batches
 
@@ -144,7 +91,6 @@ def read_with_executors(
     store: BackupStore,
     folders: list[Folder],
     schema: str,
-    columns: list[str],
 ) -> DataFrame:
     """Every line of the folders' part files, judged in Python on the executors."""
     expected = {
@@ -159,4 +105,4 @@ def read_with_executors(
         for f in folder.files
     }
     files = store.read_files(spark, sorted(expected))
-    return files.mapInArrow(_parser(expected, columns), schema)
+    return files.mapInArrow(_parser(expected), schema)

@@ -466,7 +466,7 @@ def test_missing_window_hours_fail_naming_them(
     release fail the downstream build, named (hours outside the tree read as empty)."""
     root = tmp_path / "backups"
     generate_backups(
-        root, start="2026-11-10T00", hours=8, clients=1, users_per_client=10, seed=3, workers=1
+        root, start="2026-11-10T00", hours=8, clients=1, users_per_client=20, seed=3, workers=1
     )
     defs = build_definitions(dataclasses.replace(base_settings, backup_root=str(root)))
     raw_only = execute_release(

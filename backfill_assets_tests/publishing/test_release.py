@@ -17,7 +17,7 @@ from backfill_assets.publishing import audit, publisher
 from backfill_assets.publishing.tables import partition_locations
 from backfill_assets.reporting import expected
 
-FIRST, LAST = "2026-11-20T00", "2026-11-20T07"
+FIRST, LAST = "2026-11-20T00", "2026-11-20T06"
 LATE = "2026-11-20T03"
 TABLES = [t for layer in LAYERS.values() for t in layer.tables]
 
@@ -50,11 +50,11 @@ def releases_on_top(spark) -> dict[tuple[str, str], str | None]:
 
 @pytest.fixture
 def late_tree(make_backups) -> Path:
-    return make_backups(hours=8, hold_back=[f"{LATE}/2"])
+    return make_backups(hours=7, hold_back=[f"{LATE}/2"])
 
 
-def test_dry_run_previews_the_release_and_publish_gives_the_truth(
-    spark, late_tree: Path, run_release, instance
+def test_dry_run_publish_and_rollback_of_a_release_across_every_layer(
+    spark, late_tree: Path, run_release, instance, settings_for
 ):
     live = run_release(late_tree, FIRST, LAST)
     assert live.success, live.failures
@@ -62,6 +62,7 @@ def test_dry_run_previews_the_release_and_publish_gives_the_truth(
     land_held_back(late_tree)
     before = published_sessions(spark, session_hours)
     assert before != expected_sessions(late_tree, session_hours)  # the late files matter
+    locations = {t: partition_locations(spark, t) for t in TABLES}
 
     dry = run_release(late_tree, LATE, LATE, publish=False)
     assert dry.success, dry.failures
@@ -85,21 +86,8 @@ def test_dry_run_previews_the_release_and_publish_gives_the_truth(
     assert published_sessions(spark, session_hours) == expected_sessions(late_tree, session_hours)
     assert publisher.verify(spark, TABLES) == []
 
-
-def test_rollback_of_a_release_restores_every_layer_and_walks_back(
-    spark, late_tree: Path, run_release, instance, base_settings, settings_for
-):
-    first = run_release(late_tree, FIRST, LAST)
-    assert first.success, first.failures
-    before = {t: partition_locations(spark, t) for t in TABLES}
-    land_held_back(late_tree)
-    second = run_release(late_tree, LATE, LATE)
-    assert second.success, second.failures
-    changed = {t: partition_locations(spark, t) for t in TABLES}
-    assert changed != before
-
-    defs = build_definitions(settings_for(late_tree))
-    job = defs.resolve_job_def("rollback_release")
+    # Rollback of the release restores every layer it published, in one job run.
+    job = build_definitions(settings_for(late_tree)).resolve_job_def("rollback_release")
 
     def rollback(**config) -> dg.ExecuteInProcessResult:
         return job.execute_in_process(
@@ -108,8 +96,9 @@ def test_rollback_of_a_release_restores_every_layer_and_walks_back(
             raise_on_error=False,
         )
 
-    assert rollback(release_id=second.release_id).success
-    assert {t: partition_locations(spark, t) for t in TABLES} == before
+    assert rollback(release_id=dry.release_id).success
+    assert {t: partition_locations(spark, t) for t in TABLES} == locations
+    assert published_sessions(spark, session_hours) == before
     assert publisher.verify(spark, TABLES) == []
     # reported to Dagster in the publish format: the sensor sees the restored version
     record = instance.fetch_materializations(
@@ -118,10 +107,9 @@ def test_rollback_of_a_release_restores_every_layer_and_walks_back(
     ).records[0]
     metadata = record.asset_materialization.metadata
     assert metadata["status"].value == "rolled_back"
-    assert metadata["release_id"].value == first.release_id
+    assert metadata["release_id"].value == live.release_id
 
-    again = rollback(release_id=second.release_id)
-    assert not again.success  # already rolled back: no re-publish
+    assert not rollback(release_id=dry.release_id).success  # already rolled back
     # one step further back from an hour: the first release, a first-ever publish, is
     # removed from every layer it published
     assert rollback(hour=LATE, layer="raw").success
@@ -132,7 +120,7 @@ def test_rollback_of_a_release_restores_every_layer_and_walks_back(
 def test_held_back_raw_hour_holds_back_the_session_hours_that_read_it(
     spark, make_backups, run_release
 ):
-    backups = make_backups(hours=8)
+    backups = make_backups(hours=7)
     assert run_release(backups, FIRST, LAST).success
     on_top = releases_on_top(spark)
     # corrupt one closed folder's file: the raw manifest check fails for that hour only
@@ -152,33 +140,27 @@ def test_held_back_raw_hour_holds_back_the_session_hours_that_read_it(
     ), release.failures
 
 
-def test_a_raw_only_backfill_leaves_no_outdated_downstream_partition(
+def test_a_raw_only_backfill_moves_downstream_and_stales_a_dry_run_that_read_it(
     spark, late_tree: Path, run_release
 ):
     assert run_release(late_tree, FIRST, LAST).success
     land_held_back(late_tree)
+    # a dry run of the sessions reads the published transformed hour ...
+    dry = run_release(late_tree, LATE, LATE, layers=("aggregated",), publish=False)
+    assert dry.success, dry.failures
+    # ... which a raw-only release then republishes, with everything downstream of it
     release = run_release(late_tree, LATE, LATE, layers=("raw",))
     assert release.success, release.failures
     on_top = releases_on_top(spark)
-    # every partition downstream of the rebuilt raw hour moved to the same release
     assert on_top[("transformed.payloads", LATE)] == release.release_id
     for hour in hour_range("2026-11-20T00", "2026-11-20T06"):
         assert on_top[("aggregated.sessions", hour)] == release.release_id
         assert on_top[("aggregated.client_hourly", hour)] == release.release_id
-
-
-def test_publishing_refuses_a_release_whose_published_inputs_changed(
-    spark, late_tree: Path, run_release
-):
-    assert run_release(late_tree, FIRST, LAST).success
-    land_held_back(late_tree)
-    dry = run_release(late_tree, LATE, LATE, layers=("aggregated",), publish=False)
-    assert dry.success, dry.failures
-    # another release republishes a transformed hour the dry run read as published
-    assert run_release(late_tree, LATE, LATE, layers=("transformed",), downstream=False).success
+    # the dry run's inputs changed since it was built: publishing it is refused
     refused = run_release(late_tree, LATE, LATE, publish_only=dry.release_id)
     assert not refused.success
     assert any("changed since it was built" in f for f in refused.failures), refused.failures
+    assert releases_on_top(spark) == on_top
 
 
 def test_a_release_that_would_empty_published_hours_is_held_unless_allowed(

@@ -1,0 +1,57 @@
+"""The two readers of part files give the same rows: Spark's own (local trees) and the
+executors' Python path (stores Spark cannot open, such as S3 without hadoop-aws)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from conftest import write_backup_folder, zst
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from corpus import CLIENT_ID, HOUR, edge_lines, fuzz_lines
+
+from backfill_assets.backups.inventory import take_inventory
+from backfill_assets.backups.parsed_rows import COLUMNS
+from backfill_assets.backups.reader import read_folders
+from backfill_assets.resources.backup_store import LocalBackupStore
+
+
+class FetchingStore(LocalBackupStore):
+    """A local tree read as S3 is: the executors fetch the bytes and judge in Python."""
+
+    def spark_reads_files(self) -> bool:
+        return False
+
+
+def _rows(spark, store) -> list[tuple]:
+    folders = [f for h in take_inventory(store, [HOUR]).values() for f in h.folders]
+    with read_folders(spark, store, folders) as lines:
+        return sorted((tuple(r) for r in lines.select(*COLUMNS).collect()), key=lambda r: repr(r))
+
+
+def _reason_kind(row: tuple) -> tuple:
+    """The row with its reason cut to the reason's kind (``file_unreadable``, ...)."""
+    return (*row[:5], (row[5] or "").split(":")[0], *row[6:])
+
+
+def test_the_executors_path_gives_the_rows_of_the_spark_path(spark, tmp_path: Path):
+    lines = edge_lines() + fuzz_lines(seed=5, count=300)
+    good = zst(lines)
+    write_backup_folder(
+        tmp_path,
+        HOUR,
+        CLIENT_ID,
+        {"part-00000.jsonl.zst": good, "part-00001.jsonl.zst": good[:-9]},
+        records={"part-00001.jsonl.zst": 10},
+    )
+    # the manifest's digest of the truncated file is its own: the frame is what is broken
+    spark_rows = _rows(spark, LocalBackupStore(root=str(tmp_path)))
+    fetched_rows = _rows(spark, FetchingStore(root=str(tmp_path)))
+    kinds = {r[0] for r in spark_rows}
+    assert kinds == {"payload", "quarantine"}
+    assert any(r[4] is None and "file_unreadable" in r[5] for r in spark_rows)
+    # payload rows and line verdicts are identical; whole-file reasons may word the zstd
+    # error differently (the JVM's decompressor vs Python's), their kind must agree
+    assert [_reason_kind(r) for r in fetched_rows] == [_reason_kind(r) for r in spark_rows]
+    assert len(spark_rows) == len(lines) + 1
