@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 from pathlib import Path
@@ -17,11 +18,21 @@ def prepare_dagster_home(settings: Settings) -> Path:
     home.mkdir(parents=True, exist_ok=True)
     config = home / "dagster.yaml"
     if not config.exists():
-        shutil.copyfile(PROJECT_ROOT / "deploy" / "dagster.yaml", config)
+        # atomically: a command started at the same moment never reads a partial file
+        partial = home / f".dagster.yaml.{os.getpid()}"
+        shutil.copyfile(PROJECT_ROOT / "deploy" / "dagster.yaml", partial)
+        os.replace(partial, config)
     return home
 
 
 def get_instance(settings: Settings) -> dg.DagsterInstance:
-    """The SQLite-backed instance in ``DAGSTER_HOME`` (the one ``make ui`` shows)."""
-    os.environ["DAGSTER_HOME"] = str(prepare_dagster_home(settings))
-    return dg.DagsterInstance.get()
+    """The SQLite-backed instance in ``DAGSTER_HOME`` (the one ``make ui`` shows).
+
+    Opening a new instance creates its SQLite schemas; two commands started together on a
+    fresh ``DAGSTER_HOME`` take turns at that (a file lock held only while opening).
+    """
+    home = prepare_dagster_home(settings)
+    os.environ["DAGSTER_HOME"] = str(home)
+    with open(home / ".backfill_assets.open.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return dg.DagsterInstance.get()
