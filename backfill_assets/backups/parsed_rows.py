@@ -73,27 +73,21 @@ class ParsedRows:
         hour_start_ms: int,
     ) -> None:
         """Add ``line`` with the contract's reference verdict."""
+        payload, reason = None, None
         try:
             payload = contract.parse_line(line, client_id, hour_start_ms)
         except contract.Rejected as exc:
-            self.add(
-                hour=hour,
-                client_id=client_id,
-                file=file,
-                line_number=line_number,
-                hour_start_ms=hour_start_ms,
-                reason=str(exc),
-                raw=line,
-            )
-        else:
-            self.add(
-                hour=hour,
-                client_id=client_id,
-                file=file,
-                line_number=line_number,
-                hour_start_ms=hour_start_ms,
-                payload=payload,
-            )
+            reason = str(exc)
+        self.add(
+            hour=hour,
+            client_id=client_id,
+            file=file,
+            line_number=line_number,
+            hour_start_ms=hour_start_ms,
+            payload=payload,
+            reason=reason,
+            raw=line,
+        )
 
     def batch(self):
         """The rows as one ``pyarrow.RecordBatch`` of ``PARSED_SCHEMA``."""

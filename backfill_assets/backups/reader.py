@@ -34,9 +34,7 @@ from backfill_assets import faults
 from backfill_assets.backups import contract
 from backfill_assets.backups.inventory import Folder
 from backfill_assets.backups.parsed_rows import (
-    COLUMNS as _COLUMNS,
-)
-from backfill_assets.backups.parsed_rows import (
+    COLUMNS,
     KIND_PAYLOAD,
     KIND_QUARANTINE,
     PARSED_SCHEMA,
@@ -245,7 +243,7 @@ def read_folders(
     )
     try:
         kind = F.col("kind")
-        decided = judged.where(kind.isin(KIND_PAYLOAD, KIND_QUARANTINE)).select(*_COLUMNS)
+        decided = judged.where(kind.isin(KIND_PAYLOAD, KIND_QUARANTINE)).select(*COLUMNS)
         undecided = (
             judged.where(kind == _KIND_UNDECIDED)
             .select("hour", "client_id", "file", "line_number", "raw_bytes")
@@ -273,7 +271,7 @@ def read_folders(
         file_rows = (
             corrupt.unionByName(unreadable)
             .withColumn("kind", F.lit(KIND_QUARANTINE))
-            .select(*_COLUMNS)
+            .select(*COLUMNS)
         )
         yield decided.unionByName(undecided).unionByName(file_rows)
     finally:
