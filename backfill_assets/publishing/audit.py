@@ -7,18 +7,26 @@
 | ``audit.release_reads``    | upstream partition a release's shadow read      |
 | ``audit.publications``     | ledger event: prepare / commit / abort of a swap|
 
-Rows are only ever appended, one Spark job per batch of rows (never one per hour).
+Rows are only ever appended. An append is one small Parquet file written straight into the
+table's location through Hadoop's FileSystem (the one Spark uses, so ``file:`` locally and
+``s3a:`` in production): no Spark job and no metastore call per batch, and drivers of
+concurrent runs never share a staging directory. The file is written under a hidden name
+(``_`` prefix, which Spark's readers skip) and renamed into place, so a reader sees a batch
+whole or not at all, also when the writer is killed. ``read`` refreshes the table's file
+listing first, so it sees every batch appended until then, from any driver.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
-from backfill_assets.publishing.lock import append_lock
 from backfill_assets.publishing.tables import AUDIT_DB, ensure_table, split_table, table_exists
 
 SHADOW_PARTITIONS = f"{AUDIT_DB}.shadow_partitions"
@@ -51,17 +59,25 @@ _DDL: dict[str, str] = {
 
 
 _TYPES = {
-    "string": T.StringType(),
-    "bigint": T.LongType(),
-    "boolean": T.BooleanType(),
-    "timestamp": T.TimestampType(),
+    "string": (T.StringType(), pa.string()),
+    "bigint": (T.LongType(), pa.int64()),
+    "boolean": (T.BooleanType(), pa.bool_()),
+    "timestamp": (T.TimestampType(), pa.timestamp("us", tz="UTC")),
 }
+
+
+def _columns(table: str) -> list[tuple[str, str]]:
+    return [tuple(column.split()) for column in _DDL[table].split(",")]  # type: ignore[misc]
 
 
 def schema(table: str) -> T.StructType:
     """The schema of an audit table (built without a Spark session)."""
-    fields = (column.split() for column in _DDL[table].split(","))
-    return T.StructType([T.StructField(name, _TYPES[kind]) for name, kind in fields])
+    return T.StructType([T.StructField(n, _TYPES[kind][0]) for n, kind in _columns(table)])
+
+
+def arrow_schema(table: str) -> pa.Schema:
+    """The same schema as Parquet files of the table are written with."""
+    return pa.schema([pa.field(n, _TYPES[kind][1]) for n, kind in _columns(table)])
 
 
 def now() -> datetime:
@@ -75,15 +91,29 @@ def audit_table(spark: SparkSession, warehouse_dir: str, table: str) -> None:
 
 
 def append(spark: SparkSession, warehouse_dir: str, table: str, rows: Sequence[dict]) -> None:
-    """Append ``rows`` (dicts with the table's columns) to an audit table in one job."""
+    """Append ``rows`` (dicts with the table's columns) to an audit table as one file."""
     if not rows:
         return
-    audit_table(spark, warehouse_dir, table)
-    struct = schema(table)
-    tuples = [tuple(row.get(f.name) for f in struct.fields) for row in rows]
-    frame = spark.createDataFrame(tuples, struct).coalesce(1)
-    with append_lock(warehouse_dir, table):  # drivers of concurrent runs share the table
-        frame.write.insertInto(table)
+    columns = arrow_schema(table)
+    batch = pa.Table.from_pylist([{n: row.get(n) for n in columns.names} for row in rows], columns)
+    buffer = pa.BufferOutputStream()
+    pq.write_table(batch, buffer, compression="snappy")
+    database, name = split_table(table)
+    jvm = spark._jvm
+    catalog = spark._jsparkSession.sessionState().catalog().externalCatalog()
+    if not catalog.tableExists(database, name):
+        audit_table(spark, warehouse_dir, table)
+    directory = jvm.org.apache.hadoop.fs.Path(catalog.getTable(database, name).location())
+    filesystem = directory.getFileSystem(spark._jsc.hadoopConfiguration())
+    file_name = f"part-{now():%Y%m%dT%H%M%S%f}-{uuid.uuid4().hex}.parquet"
+    hidden = jvm.org.apache.hadoop.fs.Path(directory, f"_{file_name}")
+    stream = filesystem.create(hidden, False)
+    try:
+        stream.write(bytearray(buffer.getvalue().to_pybytes()))
+    finally:
+        stream.close()
+    if not filesystem.rename(hidden, jvm.org.apache.hadoop.fs.Path(directory, file_name)):
+        raise OSError(f"{table}: could not move the appended batch {hidden} into place")
 
 
 def read(spark: SparkSession, table: str) -> DataFrame:

@@ -311,17 +311,3 @@ def release_locks(warehouse_dir: str, layers: Iterable[str], holder: str) -> Ite
         for layer in sorted(set(layers)):
             stack.enter_context(publish_lock(warehouse_dir, layer, holder=holder))
         yield
-
-
-@contextmanager
-def append_lock(warehouse_dir: str, table: str) -> Iterator[Path | str]:
-    """Serialize appends to one shared table (``audit.*``) across Spark drivers.
-
-    Hadoop's ``FileOutputCommitter`` stages every job of a table in the same
-    ``<table>/_temporary/0`` and deletes it when a job commits, so two drivers appending to
-    one table at once break each other. Appends are one small job each: waiting is short.
-    """
-    name = table.replace(".", "_")
-    holder = f"backfill_assets-{os.getpid()}"
-    with publish_lock(warehouse_dir, name, holder=holder, kind="append") as where:
-        yield where

@@ -13,9 +13,9 @@ window; ``audit.release_reads`` records which). Publishing a release:
    The whole release is refused if an hour it read as *published* has changed since it was
    built (rebuild instead).
 2. **one transaction**: ``prepare`` rows for every (table, hour) to swap, all with one
-   ``txn_id``; then each swap (``ALTER TABLE ... PARTITION ... SET LOCATION`` / ``ADD`` /
-   ``DROP``, one atomic metastore operation each; no data is copied or deleted); then the
-   ``commit`` rows.
+   ``txn_id``; then one swap per table (its hours relocated in one metastore transaction,
+   added or dropped in one statement: ``tables.swap_partitions``; no data is copied or
+   deleted); then the ``commit`` rows.
 3. **recovery**: a transaction with ``prepare`` rows and no outcome (a crash) is settled as
    a whole by ``recover`` (run before every publish and rollback, and by ``verify``): if
    every swap happened it is committed, otherwise the swaps that happened are undone and
@@ -42,10 +42,9 @@ from backfill_assets.publishing import audit
 from backfill_assets.publishing.lock import release_locks
 from backfill_assets.publishing.tables import (
     ensure_table,
-    location,
     partition_locations,
-    partition_spec,
     split_table,
+    swap_partitions,
     table_exists,
 )
 
@@ -300,16 +299,16 @@ def _ensure_published_table(spark: SparkSession, warehouse_dir: str, shadow: str
     ensure_table(spark, published, schema, ["hour"], f"{warehouse_dir}/published/{database}/{name}")
 
 
-def _swap(spark: SparkSession, table: str, hour: str, previous: str | None, new: str | None):
-    """One atomic metastore operation moving partition ``hour`` from ``previous`` to ``new``."""
-    spec = partition_spec(hour)
-    if new is None:
-        if previous is not None:
-            spark.sql(f"ALTER TABLE {table} DROP IF EXISTS PARTITION ({spec})")
-    elif previous is not None:
-        spark.sql(f"ALTER TABLE {table} PARTITION ({spec}) SET LOCATION '{location(new)}'")
-    else:
-        spark.sql(f"ALTER TABLE {table} ADD PARTITION ({spec}) LOCATION '{location(new)}'")
+def _by_table(events: Sequence[dict], undo: bool = False) -> list[tuple[str, list]]:
+    """Events grouped per table (first-appearance order) as ``swap_partitions`` moves;
+    ``undo`` moves them back to where the transaction found them."""
+    grouped: dict[str, list[tuple[str, str | None, str | None]]] = {}
+    for e in events:
+        previous, new = e["previous_location"], e["new_location"]
+        grouped.setdefault(e["table_name"], []).append(
+            (e["hour"], new, previous) if undo else (e["hour"], previous, new)
+        )
+    return list(grouped.items())
 
 
 def _stamp(events: Iterable[dict], phase: str, **extra) -> list[dict]:
@@ -320,6 +319,8 @@ def _stamp(events: Iterable[dict], phase: str, **extra) -> list[dict]:
 def apply_transaction(spark: SparkSession, warehouse_dir: str, events: list[dict]) -> str | None:
     """Swap every event's partition in one ledger transaction; returns the txn id.
 
+    A swap moves every hour of one table at once (``tables.swap_partitions``: one
+    metastore transaction for the relocated hours), so a transaction is one swap per table.
     Fault points: ``publish.swap`` after the first swap and ``publish.swap.<i>`` after
     swap ``i`` (0-based), so a test can SIGKILL the process between any two swaps.
     """
@@ -328,8 +329,8 @@ def apply_transaction(spark: SparkSession, warehouse_dir: str, events: list[dict
     txn_id = uuid.uuid4().hex
     events = [{**e, "txn_id": txn_id} for e in events]
     audit.append(spark, warehouse_dir, audit.PUBLICATIONS, _stamp(events, PREPARE))
-    for index, e in enumerate(events):
-        _swap(spark, e["table_name"], e["hour"], e["previous_location"], e["new_location"])
+    for index, (table, moves) in enumerate(_by_table(events)):
+        swap_partitions(spark, table, moves)
         if index == 0:
             faults.checkpoint(faults.PUBLISH_SWAP)
         faults.checkpoint(f"{faults.PUBLISH_SWAP}.{index}")
@@ -469,8 +470,8 @@ def recover(spark: SparkSession, warehouse_dir: str) -> list[dict]:
         if len(swapped) == len(events):
             resolutions += _stamp(events, COMMIT, reason=f"recovered after crash: commit {txn}")
             continue
-        for e in swapped:  # undo: back to where the transaction found the partition
-            _swap(spark, e["table_name"], e["hour"], e["new_location"], e["previous_location"])
+        for table, moves in _by_table(swapped, undo=True):  # back to where the txn found them
+            swap_partitions(spark, table, moves)
         for table in tables:
             spark.catalog.refreshTable(table)
         resolutions += _stamp(events, ABORT, reason=f"recovered after crash: undone {txn}")

@@ -73,6 +73,8 @@ def ensure_table(
 ) -> None:
     """Create an external Parquet table (no-op if it exists); partition columns last."""
     database, _ = split_table(table)
+    if table_exists(spark, table):  # one metastore lookup instead of two DDL statements
+        return
     spark.sql(f"CREATE DATABASE IF NOT EXISTS {database}")
     data = [f for f in schema.fields if f.name not in partition_columns]
     columns = ", ".join(f"`{identifier(f.name)}` {f.dataType.simpleString()}" for f in data)
@@ -127,3 +129,63 @@ def published_hours(spark: SparkSession, table: str) -> list[str]:
     if not table_exists(spark, table):
         return []
     return sorted(r[0].split("=", 1)[1] for r in spark.sql(f"SHOW PARTITIONS {table}").collect())
+
+
+def _scala_copy(obj, *leading):
+    """``obj.copy(*leading)`` of a Scala case class, the other fields unchanged (their
+    ``copy$default$N``), whatever number of fields this Spark version's class has."""
+    count = sum(1 for m in obj.getClass().getMethods() if m.getName().startswith("copy$default$"))
+    rest = [getattr(obj, f"copy$default${i}")() for i in range(len(leading) + 1, count + 1)]
+    return obj.copy(*leading, *rest)
+
+
+def swap_partitions(
+    spark: SparkSession, table: str, moves: list[tuple[str, str | None, str | None]]
+) -> None:
+    """Move partitions of ``table``: (hour, previous location, new location) each, in at most
+    three metastore calls whatever the number of hours.
+
+    Relocations (``SET LOCATION``) are one ``alter_partitions`` call, one transaction in the
+    metastore: every hour of the table moves together. New partitions are one ``ADD`` of
+    all of them, removed ones one ``DROP`` of all of them. No data is copied or deleted.
+    """
+    drops = [hour for hour, previous, new in moves if new is None and previous is not None]
+    adds = [(hour, new) for hour, previous, new in moves if new is not None and previous is None]
+    relocations = {hour: new for hour, previous, new in moves if new and previous}
+    if drops:
+        specs = ", ".join(f"PARTITION ({partition_spec(h)})" for h in drops)
+        spark.sql(f"ALTER TABLE {table} DROP IF EXISTS {specs}")
+    if adds:
+        specs = " ".join(
+            f"PARTITION ({partition_spec(h)}) LOCATION '{location(n)}'" for h, n in adds
+        )
+        spark.sql(f"ALTER TABLE {table} ADD {specs}")
+    if relocations:
+        _relocate(spark, table, relocations)
+
+
+def _relocate(spark: SparkSession, table: str, locations: dict[str, str]) -> None:
+    for hour, new in locations.items():
+        parse_hour(hour)
+        location(new)
+    database, name = split_table(table)
+    jvm = spark._jvm
+    catalog = spark._jsparkSession.sessionState().catalog().externalCatalog()
+    to_uri = jvm.org.apache.spark.sql.catalyst.catalog.CatalogUtils.stringToURI
+    changed = jvm.java.util.ArrayList()
+    found = set()
+    iterator = catalog.listPartitions(database, name, jvm.scala.Option.empty()).iterator()
+    while iterator.hasNext():
+        partition = iterator.next()
+        hour = partition.spec().get("hour").get()
+        if hour in locations:
+            found.add(hour)
+            storage = _scala_copy(
+                partition.storage(), jvm.scala.Option.apply(to_uri(locations[hour]))
+            )
+            changed.add(_scala_copy(partition, partition.spec(), storage))
+    missing = sorted(set(locations) - found)
+    if missing:
+        raise ValueError(f"{table}: no partition {', '.join(missing)} to move (dropped meanwhile?)")
+    partitions = jvm.scala.jdk.javaapi.CollectionConverters.asScala(changed).toSeq()
+    catalog.alterPartitions(database, name, partitions)

@@ -123,8 +123,7 @@ class ShadowTableIOManager(dg.ConfigurableIOManager):
             f"PARTITION ({partition_spec(h, version)}) LOCATION '{version_root}/hour={h}'"
             for h in hours
         )
-        self.spark.sql(f"ALTER TABLE {table} ADD IF NOT EXISTS {clauses}")
-        self.spark.catalog.refreshTable(table)
+        self.spark.sql(f"ALTER TABLE {table} ADD IF NOT EXISTS {clauses}")  # refreshes it
         written = self.spark.table(table).where(F.col("version") == version)
         stats = partition_stats(written.where(F.col("hour").isin(hours)))
         now = audit.now()

@@ -30,3 +30,39 @@ def test_partition_spec_accepts_only_valid_hours_and_run_ids():
 def test_locations_are_validated(bad: str):
     with pytest.raises(tables.UnsafeValueError):
         tables.location(bad)
+
+
+def test_swap_partitions_adds_relocates_and_drops_hours_of_a_table(spark, warehouse, tmp_path):
+    spark.sql("CREATE DATABASE IF NOT EXISTS swaps")
+    spark.sql(
+        f"CREATE TABLE swaps.t (n int, hour string) USING parquet PARTITIONED BY (hour) "
+        f"LOCATION '{tmp_path}/t'"
+    )
+    hours = [f"2026-11-20T{h:02d}" for h in range(3)]
+    where = {}
+    for release in ("a", "b"):
+        for number, hour in enumerate(hours):
+            where[release, hour] = f"file:{tmp_path}/{release}/hour={hour}"
+            spark.createDataFrame([(number,)], "n int").write.parquet(where[release, hour][5:])
+
+    tables.swap_partitions(spark, "swaps.t", [(h, None, where["a", h]) for h in hours])
+    assert tables.partition_locations(spark, "swaps.t") == {h: where["a", h] for h in hours}
+    # two hours move to release b in one metastore call, the third is dropped
+    tables.swap_partitions(
+        spark,
+        "swaps.t",
+        [(h, where["a", h], where["b", h]) for h in hours[:2]]
+        + [(hours[2], where["a", hours[2]], None)],
+    )
+    assert tables.partition_locations(spark, "swaps.t") == {h: where["b", h] for h in hours[:2]}
+    spark.catalog.refreshTable("swaps.t")
+    assert sorted(tuple(r) for r in spark.table("swaps.t").collect()) == [
+        (0, hours[0]),
+        (1, hours[1]),
+    ]
+    with pytest.raises(ValueError, match="2026-11-20T02"):
+        tables.swap_partitions(
+            spark, "swaps.t", [(hours[2], where["a", hours[2]], where["b", hours[2]])]
+        )
+    with pytest.raises(tables.UnsafeValueError):
+        tables.swap_partitions(spark, "swaps.t", [(hours[0], where["b", hours[0]], "/x' OR 1=1")])
