@@ -515,12 +515,9 @@ def verify(spark: SparkSession, tables: Sequence[str]) -> list[str]:
     }
     pending = {txn: rows for txn, rows in pending.items() if rows}
     problems = []
+    listed = {t: partition_locations(spark, t) for t in tables}  # one listing per table
     for txn, prepared in pending.items():
-        moved = [
-            e
-            for e in prepared
-            if partition_locations(spark, e["table_name"]).get(e["hour"]) == e["new_location"]
-        ]
+        moved = [e for e in prepared if listed[e["table_name"]].get(e["hour"]) == e["new_location"]]
         if 0 < len(moved) < len(prepared):
             problems.append(
                 f"transaction {txn} is split: {len(moved)} of {len(prepared)} swaps applied "
@@ -528,7 +525,7 @@ def verify(spark: SparkSession, tables: Sequence[str]) -> list[str]:
             )
     in_flight = {(e["table_name"], e["hour"]) for p in pending.values() for e in p}
     for table in tables:
-        actual = partition_locations(spark, table)
+        actual = listed[table]
         keys = {h for (t, h) in stacks if t == table} | set(actual)
         for hour in sorted(keys):
             if (table, hour) in in_flight:
