@@ -131,10 +131,22 @@ def published_hours(spark: SparkSession, table: str) -> list[str]:
     return sorted(r[0].split("=", 1)[1] for r in spark.sql(f"SHOW PARTITIONS {table}").collect())
 
 
+_COPY_ARITY: dict[str, int] = {}
+
+
+def _copy_arity(cls) -> int:
+    """Fields of a Scala case class (its ``copy$default$N`` methods), once per class."""
+    name = cls.getName()
+    if name not in _COPY_ARITY:
+        methods = [m.getName() for m in cls.getMethods()]
+        _COPY_ARITY[name] = sum(1 for m in methods if m.startswith("copy$default$"))
+    return _COPY_ARITY[name]
+
+
 def _scala_copy(obj, *leading):
     """``obj.copy(*leading)`` of a Scala case class, the other fields unchanged (their
     ``copy$default$N``), whatever number of fields this Spark version's class has."""
-    count = sum(1 for m in obj.getClass().getMethods() if m.getName().startswith("copy$default$"))
+    count = _copy_arity(obj.getClass())
     rest = [getattr(obj, f"copy$default${i}")() for i in range(len(leading) + 1, count + 1)]
     return obj.copy(*leading, *rest)
 
