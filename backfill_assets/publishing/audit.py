@@ -27,7 +27,13 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
-from backfill_assets.publishing.tables import AUDIT_DB, ensure_table, split_table, table_exists
+from backfill_assets.publishing.tables import (
+    AUDIT_DB,
+    ensure_table,
+    split_table,
+    table_exists,
+    table_location,
+)
 
 SHADOW_PARTITIONS = f"{AUDIT_DB}.shadow_partitions"
 CHECK_RESULTS = f"{AUDIT_DB}.check_results"
@@ -98,12 +104,9 @@ def append(spark: SparkSession, warehouse_dir: str, table: str, rows: Sequence[d
     batch = pa.Table.from_pylist([{n: row.get(n) for n in columns.names} for row in rows], columns)
     buffer = pa.BufferOutputStream()
     pq.write_table(batch, buffer, compression="snappy")
-    database, name = split_table(table)
+    audit_table(spark, warehouse_dir, table)  # one metastore lookup once it exists
     jvm = spark._jvm
-    catalog = spark._jsparkSession.sessionState().catalog().externalCatalog()
-    if not catalog.tableExists(database, name):
-        audit_table(spark, warehouse_dir, table)
-    directory = jvm.org.apache.hadoop.fs.Path(catalog.getTable(database, name).location())
+    directory = jvm.org.apache.hadoop.fs.Path(table_location(spark, table))
     filesystem = directory.getFileSystem(spark._jsc.hadoopConfiguration())
     file_name = f"part-{now():%Y%m%dT%H%M%S%f}-{uuid.uuid4().hex}.parquet"
     hidden = jvm.org.apache.hadoop.fs.Path(directory, f"_{file_name}")

@@ -7,6 +7,8 @@ hour keys, run ids, locations) so a partition key or a path cannot inject SQL.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from typing import Any
 
 import dagster as dg
 from pyspark.errors import AnalysisException
@@ -107,22 +109,34 @@ def partition_location(spark: SparkSession, table: str, hour: str) -> str | None
     return None
 
 
+def _external_catalog(spark: SparkSession):
+    """The session's metastore client (``ExternalCatalog``), for calls SQL does not batch."""
+    return spark._jsparkSession.sessionState().catalog().externalCatalog()
+
+
+def _partitions(spark: SparkSession, table: str) -> Iterator[tuple[str, Any]]:
+    """(hour, ``CatalogTablePartition``) of every partition of ``table``, one metastore call."""
+    database, name = split_table(table)
+    listing = _external_catalog(spark).listPartitions(
+        database, name, spark._jvm.scala.Option.empty()
+    )
+    iterator = listing.iterator()
+    while iterator.hasNext():
+        partition = iterator.next()
+        yield partition.spec().get("hour").get(), partition
+
+
+def table_location(spark: SparkSession, table: str) -> str:
+    """The location of an existing table, as the metastore reports it."""
+    return _external_catalog(spark).getTable(*split_table(table)).location().toString()
+
+
 def partition_locations(spark: SparkSession, table: str) -> dict[str, str]:
     """Every partition of ``table`` (hour -> location as the metastore reports it), in one
     metastore call; {} if the table does not exist. Only for tables partitioned by hour."""
     if not table_exists(spark, table):
         return {}
-    database, name = split_table(table)
-    catalog = spark._jsparkSession.sessionState().catalog().externalCatalog()
-    jvm = spark._jvm
-    partitions = catalog.listPartitions(database, name, jvm.scala.Option.empty())
-    result = {}
-    iterator = partitions.iterator()
-    while iterator.hasNext():
-        partition = iterator.next()
-        hour = partition.spec().get("hour").get()
-        result[hour] = partition.location().toString()
-    return result
+    return {hour: p.location().toString() for hour, p in _partitions(spark, table)}
 
 
 def published_hours(spark: SparkSession, table: str) -> list[str]:
@@ -180,16 +194,11 @@ def _relocate(spark: SparkSession, table: str, locations: dict[str, str]) -> Non
     for hour, new in locations.items():
         parse_hour(hour)
         location(new)
-    database, name = split_table(table)
     jvm = spark._jvm
-    catalog = spark._jsparkSession.sessionState().catalog().externalCatalog()
     to_uri = jvm.org.apache.spark.sql.catalyst.catalog.CatalogUtils.stringToURI
     changed = jvm.java.util.ArrayList()
     found = set()
-    iterator = catalog.listPartitions(database, name, jvm.scala.Option.empty()).iterator()
-    while iterator.hasNext():
-        partition = iterator.next()
-        hour = partition.spec().get("hour").get()
+    for hour, partition in _partitions(spark, table):
         if hour in locations:
             found.add(hour)
             storage = _scala_copy(
@@ -200,4 +209,4 @@ def _relocate(spark: SparkSession, table: str, locations: dict[str, str]) -> Non
     if missing:
         raise ValueError(f"{table}: no partition {', '.join(missing)} to move (dropped meanwhile?)")
     partitions = jvm.scala.jdk.javaapi.CollectionConverters.asScala(changed).toSeq()
-    catalog.alterPartitions(database, name, partitions)
+    _external_catalog(spark).alterPartitions(*split_table(table), partitions)
