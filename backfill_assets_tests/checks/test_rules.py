@@ -73,7 +73,7 @@ def test_a_clean_range_passes_and_schema_errors_fail_every_hour(spark):
     assert broken.pandera_errors
 
 
-def test_every_declared_rule_has_a_predicate():
+def test_every_declared_rule_has_a_predicate(spark):  # column expressions need a session
     names = set(violation_predicates(RawPayloadSchema))
     assert {
         "event_type:isin",
