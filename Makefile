@@ -27,12 +27,9 @@ stack-deps:
 demo: install check-java
 	$(BIN)/backfill-assets demo
 
-# The whole suite, the production stack test (backfill_assets_tests/stack) included: the
-# tests of the one Spark session in one worker, the process tests (servers, CLI, kills) in
-# TEST_WORKERS-1 others beside it (backfill_assets_tests/conftest.py: PROCESS_MODULES).
-TEST_WORKERS ?= 3
+# The whole suite, the production stack test (backfill_assets_tests/stack) included.
 test: install check-java stack-deps
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # Only the production stack on this machine: Postgres, Hive metastore, Spark master and
 # worker, S3 (moto), Dagster on Postgres with its daemon; all on 127.0.0.1 (README "Production").

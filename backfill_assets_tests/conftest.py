@@ -18,44 +18,6 @@ from backfill_assets.definitions import build_definitions
 from backfill_assets.generator import generate_backups
 from backfill_assets.settings import Settings
 
-# Tests that drive their own processes (servers, CLI commands, Dagster's daemon, killed
-# runs) and never touch the suite's Spark session. Under ``pytest -n N`` (``make test``)
-# each of these modules is a unit of its own (the stack's tests share one: its servers are
-# session fixtures); every other test is in ONE unit, so the suite still has one Spark
-# session, in one worker, while the process tests run beside it.
-PROCESS_MODULES = (
-    "backfill_assets_tests/stack/",
-    "backfill_assets_tests/cli/test_backfill_cli.py",
-    "backfill_assets_tests/faults/test_sigkill.py",
-    "backfill_assets_tests/sensors/test_orphans.py",
-)
-
-
-def process_module(nodeid: str) -> str | None:
-    """The unit of ``nodeid`` if it is a process test (see ``PROCESS_MODULES``), else None."""
-    return next((m for m in PROCESS_MODULES if nodeid.startswith(m)), None)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if process_module(item.nodeid) and "spark" in item.fixturenames:
-            raise pytest.UsageError(
-                f"{item.nodeid} uses the suite's Spark session but its module is in "
-                "PROCESS_MODULES (run beside that session): move it, or the module out"
-            )
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """Two kinds of units (see ``PROCESS_MODULES``); the big unit is scheduled first."""
-    from xdist.scheduler import LoadScopeScheduling
-
-    class SessionAndProcessTests(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            return process_module(nodeid) or "spark-session"
-
-    return SessionAndProcessTests(config, log)
-
 
 @pytest.fixture(scope="session")
 def base_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
