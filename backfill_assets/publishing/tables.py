@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import dagster as dg
-from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
@@ -94,21 +93,6 @@ def table_exists(spark: SparkSession, table: str) -> bool:
     return spark.catalog.tableExists(f"{database}.{name}")
 
 
-def partition_location(spark: SparkSession, table: str, hour: str) -> str | None:
-    """The metastore location of ``table``'s partition ``hour``, or None if absent."""
-    spec = partition_spec(hour)
-    try:
-        info = spark.sql(f"DESCRIBE FORMATTED {table} PARTITION ({spec})").collect()
-    except AnalysisException as exc:
-        if exc.getCondition() in ("PARTITIONS_NOT_FOUND", "TABLE_OR_VIEW_NOT_FOUND"):
-            return None
-        raise
-    for row in info:
-        if row[0] == "Location":
-            return row[1]
-    return None
-
-
 def _external_catalog(spark: SparkSession):
     """The session's metastore client (``ExternalCatalog``), for calls SQL does not batch."""
     return spark._jsparkSession.sessionState().catalog().externalCatalog()
@@ -140,9 +124,8 @@ def partition_locations(spark: SparkSession, table: str) -> dict[str, str]:
 
 
 def published_hours(spark: SparkSession, table: str) -> list[str]:
-    if not table_exists(spark, table):
-        return []
-    return sorted(r[0].split("=", 1)[1] for r in spark.sql(f"SHOW PARTITIONS {table}").collect())
+    """The hours ``table`` has a partition for, sorted; [] if the table does not exist."""
+    return sorted(partition_locations(spark, table))
 
 
 _COPY_ARITY: dict[str, int] = {}

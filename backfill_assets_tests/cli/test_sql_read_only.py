@@ -13,12 +13,10 @@ from pathlib import Path
 import pytest
 
 from backfill_assets.cli.main import main
-from backfill_assets.partitions import hour_range
 from backfill_assets.publishing.audit import PUBLICATIONS
-from backfill_assets.publishing.tables import partition_location
+from backfill_assets.publishing.tables import partition_locations
 
 FIRST, LAST = "2026-11-20T00", "2026-11-20T01"
-HOURS = hour_range(FIRST, LAST)
 
 
 def _files(root: Path) -> dict[str, tuple[str, int]]:
@@ -38,7 +36,7 @@ def _state(spark, warehouse_dir: str) -> dict:
             tuple(r) for r in spark.table("raw.payloads").select("hour", "payload_id").collect()
         ),
         "ledger": sorted(tuple(str(v) for v in r) for r in spark.table(PUBLICATIONS).collect()),
-        "locations": {h: partition_location(spark, "raw.payloads", h) for h in HOURS},
+        "locations": partition_locations(spark, "raw.payloads"),
         "files": _files(Path(warehouse_dir)),
     }
 

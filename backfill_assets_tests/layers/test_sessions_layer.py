@@ -28,7 +28,7 @@ from backfill_assets.layers import aggregated, transformed
 from backfill_assets.layers.urls import normalize_url
 from backfill_assets.partitions import hour_range, parse_hour, shift_hour
 from backfill_assets.publishing import audit
-from backfill_assets.publishing.tables import partition_location, published_hours
+from backfill_assets.publishing.tables import partition_locations, published_hours
 
 START, HOURS = "2026-11-20T00", 15
 RECEIVED = hour_range(START, shift_hour(START, HOURS - 1))  # 00..14
@@ -112,7 +112,8 @@ def session_rows(spark) -> list[dict]:
 
 
 def locations(spark, tables: list[str], hours: list[str]) -> dict[tuple[str, str], str | None]:
-    return {(t, h): partition_location(spark, t, h) for t in tables for h in hours}
+    listed = {t: partition_locations(spark, t) for t in tables}
+    return {(t, h): listed[t].get(h) for t in tables for h in hours}
 
 
 def checksums(spark, table: str, run_id: str) -> dict[str, str]:
