@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 export DAGSTER_HOME ?= $(CURDIR)/var/dagster_home
 
-.PHONY: demo test test-stack ui lint install check-java stack-deps clean
+.PHONY: demo test test-stack ui lint install check-java stack-deps jvm-archive clean
 
 install: $(STAMP)
 
@@ -20,23 +20,28 @@ $(STAMP): pyproject.toml
 check-java:
 	@./deploy/check-java.sh
 
+# The Spark driver's class-data-sharing archive: every later JVM starts in about half the
+# time (backfill_assets/resources/jvm_archive.py). Made once, remade when Java changes.
+jvm-archive: install check-java
+	@$(BIN)/python -c 'import sys; from backfill_assets.resources.jvm_archive import main; sys.exit(main())'
+
 # Postgres + its JDBC driver for the production stack test (apt-get when root and missing).
 stack-deps:
 	@./deploy/stack-deps.sh
 
-demo: install check-java
+demo: install check-java jvm-archive
 	$(BIN)/backfill-assets demo
 
 # The whole suite, the production stack test (backfill_assets_tests/stack) included.
-test: install check-java stack-deps
+test: install check-java stack-deps jvm-archive
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # Only the production stack on this machine: Postgres, Hive metastore, Spark master and
 # worker, S3 (moto), Dagster on Postgres with its daemon; all on 127.0.0.1 (README "Production").
-test-stack: install check-java stack-deps
+test-stack: install check-java stack-deps jvm-archive
 	$(BIN)/python -m pytest backfill_assets_tests/stack $(PYTEST_ARGS)
 
-ui: install check-java
+ui: install check-java jvm-archive
 	$(BIN)/python -c 'from backfill_assets.instance import prepare_dagster_home as p; from backfill_assets.settings import Settings as S; print("DAGSTER_HOME:", p(S.from_env()))'
 	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p $(or $(PORT),3000)
 

@@ -16,6 +16,7 @@ import dagster as dg
 from dagster_pyspark import LazyPySparkResource
 from pyspark.sql import SparkSession
 
+from backfill_assets.resources import jvm_archive
 from backfill_assets.settings import Settings, is_uri
 
 # ${VAR} (required) or ${VAR:-default}.
@@ -137,6 +138,10 @@ class SparkResource(LazyPySparkResource):
                 except preflight.PreflightError as exc:
                     raise dg.Failure(description=str(exc)) from None
             conf = resolve_conf(self.spark_config)  # raises naming a missing variable
+            archive = jvm_archive.java_options()  # a faster JVM start, when there is one
+            for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
+                if archive:
+                    conf[key] = " ".join([conf.get(key, ""), *archive]).strip()
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
             builder = SparkSession.builder
             for key, value in conf.items():

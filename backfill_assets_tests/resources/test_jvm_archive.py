@@ -1,0 +1,46 @@
+"""The driver JVM's class-data-sharing archive: made by ``make``, mapped by every driver."""
+
+import json
+import subprocess
+from pathlib import Path
+
+from backfill_assets.resources import jvm_archive
+
+
+def test_the_suite_driver_jvm_maps_the_archive_make_created(spark):
+    # `make test` made it (the jvm-archive target); the session's JVM has it mapped, so
+    # the archive was accepted (a stale one is ignored by the JVM and never mapped).
+    archive = jvm_archive.archive_path()
+    assert archive.is_file(), "run `make jvm-archive` (make test and make demo do)"
+    assert jvm_archive.is_current()
+    pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    maps = Path(f"/proc/{pid}/maps").read_text()
+    assert str(archive) in maps
+
+
+def test_without_an_archive_the_jvm_options_are_unchanged(monkeypatch, tmp_path: Path):
+    monkeypatch.setattr(jvm_archive, "archive_path", lambda: tmp_path / "none.jsa")
+    assert jvm_archive.java_options() == []
+    assert not jvm_archive.is_current()
+
+
+def test_an_archive_of_another_java_is_not_current(monkeypatch, tmp_path: Path):
+    archive = tmp_path / "spark-driver.jsa"
+    archive.write_bytes(b"")
+    archive.with_suffix(".json").write_text(json.dumps({"java": "another", "pyspark": "0"}))
+    monkeypatch.setattr(jvm_archive, "archive_path", lambda: archive)
+    assert not jvm_archive.is_current()
+    assert jvm_archive.java_options()[0] == f"-XX:SharedArchiveFile={archive}"
+
+
+def test_a_stale_archive_is_ignored_quietly(monkeypatch, tmp_path: Path):
+    archive = tmp_path / "spark-driver.jsa"
+    archive.write_bytes(b"not an archive")
+    monkeypatch.setattr(jvm_archive, "archive_path", lambda: archive)
+    java = subprocess.run(
+        [jvm_archive.java(), *jvm_archive.java_options(), "-version"],
+        capture_output=True,
+        text=True,
+    )
+    assert java.returncode == 0, java.stderr
+    assert "cds" not in java.stderr.lower() and "shared archive" not in java.stderr.lower()
