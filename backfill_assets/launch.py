@@ -276,6 +276,38 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child before e
     os.setsid()
 
 
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # pragma: no cover - a member we may not signal
+        return True
+    return True
+
+
+def stop_process_group(process: subprocess.Popen, timeout: float = 30.0) -> None:
+    """SIGTERM the process group ``process`` leads and wait until every member is gone
+    (the daemon, its code server, run workers and their Spark JVMs), SIGKILL after
+    ``timeout``: a command returns only when nothing it started is left."""
+    pgid = process.pid
+    if _group_alive(pgid):
+        os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=timeout)
+    while _group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.1)  # members are reaped by init once they exit
+    if _group_alive(pgid):
+        log.warning("process group %d still alive %.0fs after SIGTERM: SIGKILL", pgid, timeout)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+        grace = time.monotonic() + 5
+        while _group_alive(pgid) and time.monotonic() < grace:
+            time.sleep(0.1)
+    process.wait()
+
+
 class DaemonSupervisor:
     """Make sure a Dagster daemon serves the instance while a command waits on it.
 
@@ -358,13 +390,8 @@ class DaemonSupervisor:
             while waiting and self.process.poll() is None:
                 time.sleep(poll_seconds)
                 waiting = self.busy()
-        if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
+        if self.process is not None:
+            stop_process_group(self.process)
         if self._lock is not None:
             if self.process is not None:
                 self.lock_path.write_text(json.dumps({"stopped": time.time()}))

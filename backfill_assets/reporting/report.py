@@ -31,10 +31,12 @@ from typing import Any
 import dagster as dg
 
 from backfill_assets import tags
+from backfill_assets.layers.raw import MANIFEST_RECORDS
 from backfill_assets.partitions import InvalidHourError, hour_range
 from backfill_assets.publishing.publisher import Layer
 from backfill_assets.reporting.chart import rows_chart
 from backfill_assets.reporting.diff import DiffCounts
+from backfill_assets.resources.io_managers import ROWS
 from backfill_assets.sensors.findings import REQUEST_ID_TAG, describe_hours
 from backfill_assets.sensors.state import (
     asset_key,
@@ -44,6 +46,8 @@ from backfill_assets.sensors.state import (
 )
 
 CHART_NAME = "rows_per_hour.png"
+# Gathered from the raw shadow's per-hour events (``layers.raw.MANIFEST_RECORDS``).
+MANIFEST_RECORDS_PER_HOUR = "manifest_records_per_hour"
 REPORT_NAME = "report.md"
 PUBLISH_ASSET = "release/publish"
 _EVENTS = {
@@ -56,7 +60,6 @@ DiffFn = Callable[[Layer, str, list[str]], Mapping[str, Mapping[str, DiffCounts]
 _READ_KEYS = (
     "input_files",
     "input_bytes",
-    "manifest_records_per_hour",
     "backup_problems",
     "source_table",
     "received_hours_read",
@@ -196,18 +199,25 @@ def collect_run(
         if entry.asset_materialization is not None:
             mat = entry.asset_materialization
             table, meta = _table_of(mat.asset_key), mat.metadata
-            if table in shadows and not any(w["table"] == table for w in summary.written):
-                summary.written.append(
-                    {
+            if table in shadows:
+                # whole-run facts on every hour's event; the hour's own counts on its event
+                written = next((w for w in summary.written if w["table"] == table), None)
+                if written is None:
+                    written = {
                         "table": table,
                         "version": metadata_value(meta, "version") or run.run_id,
                         "rows": metadata_value(meta, "rows_written") or 0,
-                        "per_hour": dict(metadata_value(meta, "rows_per_hour") or {}),
+                        "per_hour": {},
                     }
-                )
+                    summary.written.append(written)
+                if mat.partition and ROWS in meta:
+                    written["per_hour"][mat.partition] = metadata_value(meta, ROWS)
                 for key in _READ_KEYS:
                     if key in meta and key not in summary.read:
                         summary.read[key] = metadata_value(meta, key)
+                if mat.partition and MANIFEST_RECORDS in meta:
+                    records = summary.read.setdefault(MANIFEST_RECORDS_PER_HOUR, {})
+                    records[mat.partition] = metadata_value(meta, MANIFEST_RECORDS)
             elif table in published and mat.partition:
                 if (metadata_value(meta, "release_id") or release_id) != release_id:
                     continue
@@ -446,7 +456,7 @@ class BackfillReport:
         )
         read = run.read
         if "input_files" in read:  # the layer that reads the backups
-            records = read.get("manifest_records_per_hour") or {}
+            records = read.get(MANIFEST_RECORDS_PER_HOUR) or {}
             problems = read.get("backup_problems") or []
             out.append(
                 f"{bullet}read: {read.get('input_files', 0):,} backup file(s), "

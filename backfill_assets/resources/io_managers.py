@@ -70,6 +70,10 @@ def partition_stats(df: DataFrame) -> dict[str, tuple[int, str, str | None]]:
     }
 
 
+# Per-partition metadata of a shadow materialization: the hour's rows and checksum.
+ROWS = "rows"
+CHECKSUM = "checksum"
+
 # Input metadata: the published table of the upstream, and the shadow table that reads it.
 PUBLISHED_TABLE = "published_table"
 READER_TABLE = "reader_table"
@@ -158,14 +162,16 @@ class ShadowTableIOManager(dg.ConfigurableIOManager):
                 "release_id": release,
                 "location": dg.MetadataValue.path(version_root),
                 "rows_written": rows_written,
-                "rows_per_hour": dg.MetadataValue.json(
-                    {h: stats.get(h, (0, ""))[0] for h in hours}
-                ),
-                "checksum_per_hour": dg.MetadataValue.json(
-                    {h: stats.get(h, (0, "0:0"))[1] for h in hours}
-                ),
             }
         )
+        # Each hour's own counts go on that hour's event only (not a whole-range dict on
+        # every event): the event log grows linearly with the hours of a run.
+        for h in hours:
+            context.step_context.add_asset_metadata(
+                {ROWS: stats.get(h, (0, ""))[0], CHECKSUM: stats.get(h, (0, "0:0"))[1]},
+                asset_key=context.asset_key,
+                partition_key=h,
+            )
 
     def load_input(self, context: dg.InputContext) -> DataFrame:
         """The upstream hours of this input: the release's candidate where the release

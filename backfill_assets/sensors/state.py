@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 
 from backfill_assets.backups.inventory import date_of_folder, hour_of_folder, take_inventory
+from backfill_assets.layers.raw import HOUR_INPUT_FILES, INPUT_FILES_LIST
 from backfill_assets.partitions import InvalidHourError, backup_hour_path, hour_range, parse_hour
 from backfill_assets.partitions import shift_hour as _shift
 from backfill_assets.publishing.publisher import Layer
@@ -206,8 +207,9 @@ def _read_files(
     version: str,
     hour: str,
 ) -> tuple[dict[str, dict[int, dict[str, str]]] | None, str | None]:
-    """The files shadow version ``version`` read, by hour and client (None if unknown),
-    and the code version it was written with, from its shadow materialization."""
+    """The files shadow version ``version`` read for ``hour``, by hour and client (None if
+    unknown), and the code version it was written with, from that hour's shadow
+    materialization (each hour's event lists that hour's files)."""
     cursor = None
     while True:
         page = instance.fetch_materializations(
@@ -220,8 +222,8 @@ def _read_files(
                 continue
             metadata = record.asset_materialization.metadata
             code = text_or_none(metadata_value(metadata, "code_version"))
-            listed = metadata_value(metadata, "input_files_list")
-            total = metadata_value(metadata, "input_files")
+            listed = metadata_value(metadata, INPUT_FILES_LIST)
+            total = metadata_value(metadata, HOUR_INPUT_FILES)
             if not isinstance(listed, list) or total is None or len(listed) != int(total):
                 return None, code  # not recorded, or cut short: compare counts only
             read: dict[str, dict[int, dict[str, str]]] = {}
@@ -247,16 +249,15 @@ def published_from_instance(
         tables = [published for _, published in layer.pairs]
         latest = {table: latest_by_partition(instance, asset_key(table), hours) for table in tables}
         main = latest[tables[0]]
-        read_by_version: dict[str, tuple[dict | None, str | None]] = {}
-        if index == 0:  # the backup-reading layer: which files did each version read?
+        read_by_hour: dict[str, tuple[dict | None, str | None]] = {}
+        if index == 0:  # the backup-reading layer: which files did each hour's version read?
             shadow = asset_key(layer.checked_table)
             for hour, state in sorted(main.items()):
-                version = state["version"]
-                if version and version not in read_by_version:
-                    read_by_version[version] = _read_files(instance, shadow, version, hour)
+                if state["version"]:
+                    read_by_hour[hour] = _read_files(instance, shadow, state["version"], hour)
         partitions = {}
         for hour, state in main.items():
-            read, code = read_by_version.get(state["version"], (None, None))
+            read, code = read_by_hour.get(hour, (None, None))
             per_hour = read.get(backup_hour_path(hour), {}) if read is not None else None
             partitions[hour] = Published(
                 layer=layer.name,

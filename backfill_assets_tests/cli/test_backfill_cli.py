@@ -99,12 +99,13 @@ def test_two_cli_backfills_are_dagster_backfills_queued_and_both_finish(tmp_path
         )
         assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans))
     # the daemons (and code servers) the commands started are gone with them
-    assert processes_with(f"DAGSTER_HOME={tmp_path / 'home'}") == []
+    assert processes_with(f"DAGSTER_HOME={tmp_path / 'home'}") == {}
 
 
-def processes_with(setting: str) -> list[int]:
-    """Pids of live processes whose environment holds ``setting`` (``KEY=value``)."""
-    found = []
+def processes_with(setting: str) -> dict[int, str]:
+    """Live processes whose environment holds ``setting`` (``KEY=value``): pid -> process
+    group, state and command line."""
+    found = {}
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
@@ -113,5 +114,10 @@ def processes_with(setting: str) -> list[int]:
         except OSError:
             continue
         if setting.encode() in environ:
-            found.append(int(proc.name))
+            try:
+                stat = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+                command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:200]
+            except OSError:
+                continue
+            found[int(proc.name)] = f"state {stat[0]} ppid {stat[1]} pgid {stat[2]}: {command}"
     return found

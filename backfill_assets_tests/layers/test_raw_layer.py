@@ -18,7 +18,7 @@ from backfill_assets.layers.raw import (
     PAYLOADS,
     SHADOW_PAYLOADS,
 )
-from backfill_assets.partitions import hour_range
+from backfill_assets.partitions import backup_hour_path, hour_range
 from backfill_assets.publishing import audit, publisher
 from backfill_assets.publishing.tables import partition_locations
 
@@ -72,22 +72,38 @@ def test_range_runs_once_and_publishes_exactly_the_valid_lines(
     assert len(instance.get_runs()) == len(release.runs) == 2
     assert raw_run.partition_range == f"{FIRST}..{LAST}"
 
-    shadow = instance.get_latest_materialization_event(SHADOW_PAYLOADS).asset_materialization
-    lineage = {k: v.value for k, v in shadow.metadata.items()}
+    # lineage: the run's facts on every hour's event, each hour's own counts on its event
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=SHADOW_PAYLOADS, asset_partitions=HOURS), limit=100
+    ).records
+    per_hour = {
+        r.partition_key: {k: v.value for k, v in r.asset_materialization.metadata.items()}
+        for r in records
+    }
+    assert sorted(per_hour) == HOURS
+    lineage = per_hour[FIRST]
     assert lineage["run_id"] == raw_run.run_id and lineage["code_version"] == CODE_VERSION
     assert lineage["partition_range"] == f"{FIRST}..{LAST}"
     assert lineage["release_id"] == release.release_id
-    assert lineage["input_files"] == len(lineage["input_files_list"]) > 0
-    assert all(len(f["sha256"]) == 64 for f in lineage["input_files_list"])
-    assert sum(lineage["manifest_records_per_hour"].values()) == len(valid) + len(malformed)
-    assert sum(lineage["rows_per_hour"].values()) == len(valid)
-    assert set(lineage["checksum_per_hour"]) == set(HOURS)
     assert lineage["rows_per_second"] > 0 and "location" in lineage
+    assert lineage["input_files"] == sum(m["hour_input_files"] for m in per_hour.values()) > 0
+    for hour, meta in per_hour.items():  # only the hour's own files, all of them
+        assert meta["hour_input_files"] == len(meta["input_files_list"])
+        assert all(
+            f["file"].startswith(f"raw/{backup_hour_path(hour)}/") for f in meta["input_files_list"]
+        )
+        assert all(len(f["sha256"]) == 64 for f in meta["input_files_list"])
+        assert meta["checksum"].startswith(f"{meta['rows']}:")
+        assert not any(k.endswith("_per_hour") for k in meta)  # no whole-range dicts
+    assert sum(m["manifest_records"] for m in per_hour.values()) == len(valid) + len(malformed)
+    assert sum(m["rows"] for m in per_hour.values()) == len(valid)
     # contract: a line received outside its folder's hour is published in it and counted
     outside = Counter()
     for folder in read_truth_folders(backups):
         outside[folder["hour"]] += folder["received_outside_hour"]
-    assert lineage["received_outside_hour_per_hour"] == {h: n for h, n in outside.items() if n}
+    assert {h: m["received_outside_this_hour"] for h, m in per_hour.items()} == {
+        h: outside[h] for h in HOURS
+    }
     assert lineage["received_outside_hour"] == sum(outside.values()) > 0
     # one materialization per published (table, hour), all of one transaction
     events = [published_event(instance, hour) for hour in HOURS]
