@@ -276,14 +276,20 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child before e
     os.setsid()
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # pragma: no cover - a member we may not signal
-        return True
-    return True
+def _group_gone(pgid: int, seconds: float) -> bool:
+    """Wait up to ``seconds`` until no process of group ``pgid`` is left (exited members
+    are reaped by init); True if none is."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:  # pragma: no cover - a member we may not signal
+            pass
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
 
 
 def stop_process_group(process: subprocess.Popen, timeout: float = 30.0) -> None:
@@ -291,20 +297,16 @@ def stop_process_group(process: subprocess.Popen, timeout: float = 30.0) -> None
     (the daemon, its code server, run workers and their Spark JVMs), SIGKILL after
     ``timeout``: a command returns only when nothing it started is left."""
     pgid = process.pid
-    if _group_alive(pgid):
+    started = time.monotonic()
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
     with contextlib.suppress(subprocess.TimeoutExpired):
         process.wait(timeout=timeout)
-    while _group_alive(pgid) and time.monotonic() < deadline:
-        time.sleep(0.1)  # members are reaped by init once they exit
-    if _group_alive(pgid):
+    if not _group_gone(pgid, timeout - (time.monotonic() - started)):
         log.warning("process group %d still alive %.0fs after SIGTERM: SIGKILL", pgid, timeout)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGKILL)
-        grace = time.monotonic() + 5
-        while _group_alive(pgid) and time.monotonic() < grace:
-            time.sleep(0.1)
+        _group_gone(pgid, 5)
     process.wait()
 
 

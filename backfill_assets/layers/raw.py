@@ -89,7 +89,10 @@ def raw_shadow(context: dg.AssetExecutionContext, warehouse: Warehouse, backups:
     hours = list(context.partition_keys)
     inventory = take_inventory(backups, hours)
     folders = [f for h in inventory.values() for f in h.folders if f.closed]
-    files = [f for folder in folders for f in folder.files]
+    hour_files = {
+        h: [f for d in inv.folders if d.closed for f in d.files] for h, inv in inventory.items()
+    }
+    files = [f for listed in hour_files.values() for f in listed]
     problems = [p for h in inventory.values() for p in h.all_problems]
     context.log.info(
         f"backups {hours[0]}..{hours[-1]}: {len(folders)} closed folder(s), {len(files)} file(s), "
@@ -121,15 +124,14 @@ def raw_shadow(context: dg.AssetExecutionContext, warehouse: Warehouse, backups:
         }
         # What each hour read goes on that hour's events only (linear event-log growth).
         for hour in hours:
-            hour_files = [f for d in inventory[hour].folders if d.closed for f in d.files]
             read = {
                 MANIFEST_RECORDS: inventory[hour].expected_records,
                 RECEIVED_OUTSIDE: outside.get(hour, 0),
-                HOUR_INPUT_FILES: len(hour_files),
+                HOUR_INPUT_FILES: len(hour_files[hour]),
                 INPUT_FILES_LIST: json_metadata(
                     [
                         {"file": f.rel_path, "sha256": f.sha256, "records": f.records}
-                        for f in hour_files[:MAX_LISTED_FILES]
+                        for f in hour_files[hour][:MAX_LISTED_FILES]
                     ]
                 ),
             }

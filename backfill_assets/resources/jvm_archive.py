@@ -1,7 +1,7 @@
 """A class-data-sharing archive of the Spark driver's JVM (Java 17's AppCDS).
 
 A cold Spark driver spends most of its first 20-30 s loading and verifying classes
-(Spark, Hive's client, DataNucleus, Derby). ``make install`` dumps the classes a
+(Spark, Hive's client, DataNucleus, Derby). ``make jvm-archive`` dumps the classes a
 representative local session loads into one archive per environment (``create``); every
 later driver JVM maps it (``java_options``) and starts in about half the time: Dagster
 runs, CLI commands, the demo and the test suite's processes.
@@ -38,7 +38,7 @@ from backfill_assets.settings import Settings
 
 settings = Settings.from_env()
 conf = spark_config(settings)
-conf["spark.driver.extraJavaOptions"] += f" -XX:ArchiveClassesAtExit={sys.argv[1]} -Xlog:cds=off"
+conf["spark.driver.extraJavaOptions"] += " " + " ".join(sys.argv[1:])
 builder = SparkSession.builder
 for key, value in conf.items():
     builder = builder.config(key, value)
@@ -111,7 +111,7 @@ def is_current() -> bool:
 
 
 def create() -> Path:
-    """Dump the archive from a throwaway local session (about 30 s), atomically."""
+    """Dump the archive from a throwaway local session (30-100 s), atomically."""
     path = archive_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="jvm-archive-") as scratch:
@@ -125,7 +125,10 @@ def create() -> Path:
         )
         Path(env["DATA_ROOT"]).mkdir()
         done = subprocess.run(
-            [sys.executable, "-c", _WORKLOAD, str(dump)], env=env, capture_output=True, text=True
+            [sys.executable, "-c", _WORKLOAD, f"-XX:ArchiveClassesAtExit={dump}", *_QUIET],
+            env=env,
+            capture_output=True,
+            text=True,
         )
         if done.returncode != 0 or not dump.is_file():
             raise RuntimeError(

@@ -139,8 +139,8 @@ class SparkResource(LazyPySparkResource):
                     raise dg.Failure(description=str(exc)) from None
             conf = resolve_conf(self.spark_config)  # raises naming a missing variable
             archive = jvm_archive.java_options()  # a faster JVM start, when there is one
-            for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
-                if archive:
+            if archive:
+                for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
                     conf[key] = " ".join([conf.get(key, ""), *archive]).strip()
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
             builder = SparkSession.builder
