@@ -15,6 +15,7 @@ from backfill_assets.publishing.assets import (
     published_tables,
     rollback_release_job,
 )
+from backfill_assets.publishing.vacuum import build_vacuum_schedule, vacuum_job
 from backfill_assets.resources import build_resources
 from backfill_assets.sensors.reconciliation import build_reconciliation_sensor
 from backfill_assets.settings import Settings
@@ -30,7 +31,8 @@ def build_definitions(settings: Settings) -> dg.Definitions:
             publish_release,
             *published_tables,
         ],
-        jobs=[rollback_release_job],
+        jobs=[rollback_release_job, vacuum_job],
+        schedules=[build_vacuum_schedule()],
         asset_checks=[raw_checks, transformed_checks, aggregated_checks],
         resources=build_resources(settings),
         sensors=[build_reconciliation_sensor()],

@@ -439,6 +439,15 @@ class BackfillOutcome:
         )
 
 
+def run_messages(instance: dg.DagsterInstance, run_id: str, step_key: str) -> list[str]:
+    """What a step of a run logged itself (``context.log``), in order."""
+    return [
+        entry.user_message
+        for entry in instance.all_logs(run_id)
+        if entry.dagster_event is None and entry.step_key == step_key and entry.user_message
+    ]
+
+
 def summarize_run(instance: dg.DagsterInstance, run: dg.DagsterRun) -> RunSummary:
     """What a finished run did: its step failures (innermost cause) and check results."""
     failures, checks = [], {}

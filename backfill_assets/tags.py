@@ -11,14 +11,14 @@ PREFIX = "backfill_assets"
 REASON = f"{PREFIX}/reason"
 REQUESTED_BY = f"{PREFIX}/requested_by"
 TICKET = f"{PREFIX}/ticket"
-MODE = f"{PREFIX}/mode"  # backfill | dry_run | publish | rollback | live
+MODE = f"{PREFIX}/mode"  # backfill | dry_run | publish | rollback | vacuum | live
 ALLOW_MISSING_HOURS = f"{PREFIX}/allow_missing_hours"  # "true" or comma-separated hours
 ALLOW_SHRINK = f"{PREFIX}/allow_shrink"  # "true": publish candidates much smaller than live
 RELEASE = f"{PREFIX}/release"  # the release a run builds into or publishes (default: backfill)
 LAYER = f"{PREFIX}/layer"  # the layer a run rebuilds (production tag concurrency)
 REQUEST_ID = f"{PREFIX}/request_id"  # every run of one launch or reconciliation request
 DAGSTER_BACKFILL = "dagster/backfill"
-MODES = ("backfill", "dry_run", "publish", "rollback", "live")
+MODES = ("backfill", "dry_run", "publish", "rollback", "vacuum", "live")
 
 
 def run_manifest(tags: Mapping[str, str]) -> dict[str, str | None]:

@@ -12,6 +12,7 @@ import yaml
 from backfill_assets.definitions import build_definitions
 from backfill_assets.partitions import hourly_partitions
 from backfill_assets.publishing.assets import PUBLISH
+from backfill_assets.publishing.vacuum import SCHEDULE_ENV, VACUUM_JOB, VACUUM_SCHEDULE
 from backfill_assets.settings import PROJECT_ROOT
 
 
@@ -54,6 +55,16 @@ def test_every_asset_is_hourly_single_run_described_and_versioned(base_settings)
     assert all(graph.get_check_spec(k).blocking for k in graph.asset_check_keys)
     assert {k.asset_key.path[0] for k in graph.asset_check_keys} == {"shadow"}
     assert defs.resolve_job_def("rollback_release") is not None
+
+
+def test_vacuum_schedule_is_stopped_unless_enabled(base_settings, monkeypatch):
+    """Retention deletes data: its schedule runs only once an operator turns it on."""
+    schedule = build_definitions(base_settings).resolve_schedule_def(VACUUM_SCHEDULE)
+    assert schedule.job_name == VACUUM_JOB
+    assert schedule.default_status == dg.DefaultScheduleStatus.STOPPED
+    monkeypatch.setenv(SCHEDULE_ENV, "on")
+    enabled = build_definitions(base_settings).resolve_schedule_def(VACUUM_SCHEDULE)
+    assert enabled.default_status == dg.DefaultScheduleStatus.RUNNING
 
 
 def test_dagster_cli_validates_the_code_location(tmp_path: Path):

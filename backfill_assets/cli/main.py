@@ -16,6 +16,7 @@ SUBCOMMAND_MODULES = (
     "backfill",
     "sql",
     "rollback",
+    "vacuum",
     "halfcut",
     "reconcile",
     "report",

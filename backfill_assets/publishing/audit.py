@@ -6,6 +6,7 @@
 | ``audit.check_results``    | check outcome of a shadow partition             |
 | ``audit.release_reads``    | upstream partition a release's shadow read      |
 | ``audit.publications``     | ledger event: prepare / commit / abort of a swap|
+| ``audit.deletions``        | shadow version deleted by retention (vacuum)    |
 
 Rows are only ever appended. An append is one small Parquet file written straight into the
 table's location through Hadoop's FileSystem (the one Spark uses, so ``file:`` locally and
@@ -19,12 +20,13 @@ listing first, so it sees every batch appended until then, from any driver.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from backfill_assets.publishing.tables import (
@@ -39,6 +41,7 @@ SHADOW_PARTITIONS = f"{AUDIT_DB}.shadow_partitions"
 CHECK_RESULTS = f"{AUDIT_DB}.check_results"
 RELEASE_READS = f"{AUDIT_DB}.release_reads"
 PUBLICATIONS = f"{AUDIT_DB}.publications"
+DELETIONS = f"{AUDIT_DB}.deletions"
 
 _DDL: dict[str, str] = {
     SHADOW_PARTITIONS: (
@@ -60,6 +63,11 @@ _DDL: dict[str, str] = {
         "row_count bigint, checksum string, code_version string, backfill_id string, "
         "reason string, requested_by string, ticket string, run_mode string, "
         "recorded_at timestamp, txn_id string"
+    ),
+    DELETIONS: (
+        "table_name string, hour string, version string, location string, row_count bigint, "
+        "bytes bigint, release_id string, kind string, reason string, run_id string, "
+        "deleted_at timestamp"
     ),
 }
 
@@ -125,3 +133,14 @@ def read(spark: SparkSession, table: str) -> DataFrame:
         return spark.createDataFrame([], schema(table))
     spark.catalog.refreshTable(table)
     return spark.table(table)
+
+
+def deleted(spark: SparkSession, locations: Collection[str] | None = None) -> dict[str, dict]:
+    """Location -> its ``audit.deletions`` row, for ``locations`` (None: every one); no
+    Spark job when nothing was ever deleted."""
+    if not table_exists(spark, DELETIONS) or (locations is not None and not locations):
+        return {}
+    df = read(spark, DELETIONS)
+    if locations is not None:
+        df = df.where(F.col("location").isin(sorted(locations)))
+    return {r["location"]: r.asDict() for r in df.collect()}

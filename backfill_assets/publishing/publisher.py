@@ -209,6 +209,7 @@ def plan_release(
         spark, {loc for locs in current.values() for loc in locs.values() if loc}
     )
     reads = _reads(spark, release_id)
+    purged = audit.deleted(spark, {row["location"] for row in candidates.values()})
 
     stale = sorted(
         {
@@ -261,6 +262,13 @@ def plan_release(
                 row = candidates.get((shadow, hour))
                 if row is None or row["version"] != version:
                     outcome.reasons.append(f"{shadow}: no partition of version {version}")
+                    continue
+                if row["location"] in purged:
+                    gone = purged[row["location"]]
+                    outcome.reasons.append(
+                        f"{shadow} {hour}: version {version} was deleted by vacuum run "
+                        f"{gone['run_id']} ({gone['reason']}); rebuild the hour"
+                    )
                     continue
                 was = current[published].get(hour)
                 new_rows, old_rows = int(row["row_count"] or 0), previous_rows.get(was or "", 0)
@@ -544,6 +552,7 @@ def orphan_versions(spark: SparkSession) -> list[dict]:
     (failed, killed or never-published runs), with their size in rows."""
     events = ledger(spark)
     named = {e["new_location"] for e in events} | {e["previous_location"] for e in events}
+    named |= set(audit.deleted(spark))  # deleted by vacuum: no longer an orphan
     rows = audit.read(spark, audit.SHADOW_PARTITIONS).collect()
     orphans: dict[tuple[str, str], dict] = {}
     for r in rows:
@@ -630,6 +639,20 @@ def _rollback_release(
         raise PublishError(
             f"release {release_id} has been superseded in some partitions by "
             f"{', '.join(later)}; roll those back first"
+        )
+    purged = audit.deleted(
+        spark, {stack[-2].location for _, stack in on_top if len(stack) > 1 and stack[-2].location}
+    )
+    if purged:
+        (table, hour_), stack = next(
+            (key, stack) for key, stack in on_top if len(stack) > 1 and stack[-2].location in purged
+        )
+        gone = purged[stack[-2].location]
+        raise PublishError(
+            f"cannot roll back release {release_id}: the version it would restore in {table} "
+            f"hour={hour_} (release {gone['release_id'] or '?'}, {stack[-2].location}) was "
+            f"deleted by vacuum run {gone['run_id']} at {gone['deleted_at']:%Y-%m-%d %H:%M} "
+            f"({gone['reason']}); publish a new release of those hours instead"
         )
     manifest = {**manifest, "reason": manifest.get("reason") or f"rollback of {release_id}"}
     events = [

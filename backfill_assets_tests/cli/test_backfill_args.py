@@ -38,3 +38,11 @@ def test_a_range_over_the_cap_is_refused_before_anything_runs(capsys, monkeypatc
     assert main(["backfill", "--from", "2026-11-01T00", "--to", "2026-11-03T00",
                  "--max-hours", "24"]) == 2  # fmt: skip
     assert "49 hours, more than the cap of 24" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", ["--max-age-days", "--rollback-depth"])
+def test_vacuum_refuses_negative_limits(flag, capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "never-created"))
+    assert main(["vacuum", flag, "-1"]) == 2
+    assert "must not be negative" in capsys.readouterr().err
+    assert not (tmp_path / "never-created").exists()
