@@ -17,6 +17,7 @@ ALLOW_SHRINK = f"{PREFIX}/allow_shrink"  # "true": publish candidates much small
 RELEASE = f"{PREFIX}/release"  # the release a run builds into or publishes (default: backfill)
 LAYER = f"{PREFIX}/layer"  # the layer a run rebuilds (production tag concurrency)
 REQUEST_ID = f"{PREFIX}/request_id"  # every run of one launch or reconciliation request
+ESTIMATE_SECONDS = f"{PREFIX}/estimate_seconds"  # the CLI's estimate before launching
 DAGSTER_BACKFILL = "dagster/backfill"
 MODES = ("backfill", "dry_run", "publish", "rollback", "vacuum", "live")
 

@@ -148,6 +148,14 @@ def run_backfill(args: argparse.Namespace) -> int:
     if args.allow_shrink:
         extra[tags.ALLOW_SHRINK] = "true"
     settings, defs, instance = _context(args)
+    if "raw" in layers:  # the release reads backups: how long should it take?
+        from backfill_assets.reporting.estimate import estimate
+        from backfill_assets.resources import BACKUPS, build_resources
+
+        guess = estimate(instance, build_resources(settings)[BACKUPS], hours)
+        print(guess.line())
+        if guess.seconds is not None:
+            extra[tags.ESTIMATE_SECONDS] = f"{guess.seconds:.0f}"
     keys = launch.release_selection(defs, layers, publish=not args.dry_run)
     kind = "dry run" if args.dry_run else "backfill"
     try:

@@ -22,6 +22,7 @@ from backfill_assets.layers.registry import LAYERS
 from backfill_assets.partitions import hour_range, hourly_partitions
 from backfill_assets.publishing import audit, publisher
 from backfill_assets.publishing.lock import PUBLISH_POOL
+from backfill_assets.resources.spark import usage_metadata
 from backfill_assets.resources.warehouse import Warehouse
 
 PUBLISH = dg.AssetKey(["release", "publish"])
@@ -209,6 +210,7 @@ def publish_release(
         "layers": json_metadata(counts),
         "held_back": json_metadata(held),
         "seconds": round(time.monotonic() - started, 2),
+        **usage_metadata(warehouse.pyspark),
     }
     if held:
         named = sorted(held.items())

@@ -37,6 +37,11 @@ from backfill_assets.publishing.publisher import Layer
 from backfill_assets.reporting.chart import rows_chart
 from backfill_assets.reporting.diff import DiffCounts
 from backfill_assets.resources.io_managers import ROWS
+from backfill_assets.resources.spark import (
+    SPARK_CORES,
+    SPARK_SESSION_SECONDS,
+    SPARK_TASK_SECONDS,
+)
 from backfill_assets.sensors.findings import REQUEST_ID_TAG, describe_hours
 from backfill_assets.sensors.state import (
     asset_key,
@@ -65,6 +70,9 @@ _READ_KEYS = (
     "received_hours_read",
     "allowed_missing_hours",
 )
+
+
+_USAGE_KEYS = (SPARK_TASK_SECONDS, SPARK_CORES, SPARK_SESSION_SECONDS)
 
 
 class ReportError(ValueError):
@@ -116,6 +124,7 @@ class RunSummary:
     checks: list[CheckOutcome] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     publishes: bool = False  # the run ran ``release/publish``
+    spark: dict[str, float] = field(default_factory=dict)  # the run's Spark usage, at its end
 
     @property
     def dry_run(self) -> bool:
@@ -177,6 +186,7 @@ def collect_run(
     manifest = {k: v or "" for k, v in tags.run_manifest(run.tags).items()}
     manifest["request_id"] = run.tags.get(REQUEST_ID_TAG, "")
     manifest["release_id"] = tags.release_id(run.tags, run.run_id)
+    manifest["estimate_seconds"] = run.tags.get(tags.ESTIMATE_SECONDS, "")
     selection = {_table_of(key) for key in run.asset_selection or ()}
     summary = RunSummary(
         run_id=run.run_id,
@@ -199,6 +209,10 @@ def collect_run(
         if entry.asset_materialization is not None:
             mat = entry.asset_materialization
             table, meta = _table_of(mat.asset_key), mat.metadata
+            for key in _USAGE_KEYS:  # the run's totals so far: keep the largest
+                if key in meta:
+                    value = float(metadata_value(meta, key) or 0)
+                    summary.spark[key] = max(summary.spark.get(key, 0.0), value)
             if table in shadows:
                 # whole-run facts on every hour's event; the hour's own counts on its event
                 written = next((w for w in summary.written if w["table"] == table), None)
@@ -425,6 +439,67 @@ class BackfillReport:
             f"time: {seconds:,.1f} s in {len(self.runs)} run(s); {rows:,} rows "
             f"written over {hours} partition-hour(s){rate}"
         )
+        lines += self.speed_lines()
+        return lines
+
+    def speed(self) -> dict[str, float]:
+        """Speed and cost of the release: payloads read per second of wall time, the
+        multiple of real time (hours of traffic rebuilt per hour of wall time; the payload
+        rate over the live rate of those hours), Spark executor task core-seconds and the
+        core-seconds the sessions held. {} when the runs did not say."""
+        wall = sum(r.seconds or 0 for r in self.runs)
+        traffic = {h for r in self.runs if "input_files" in r.read for h in r.hours} or {
+            h for r in self.runs for h in r.hours
+        }
+        if not wall or not traffic:
+            return {}
+        payloads = sum(
+            sum((r.read.get(MANIFEST_RECORDS_PER_HOUR) or {}).values()) for r in self.runs
+        )
+        live_rate = payloads / (len(traffic) * 3600)
+        return {
+            "wall_seconds": round(wall, 1),
+            "traffic_hours": len(traffic),
+            "payloads": payloads,
+            "payloads_per_second": round(payloads / wall, 1),
+            "live_payloads_per_second": round(live_rate, 2),
+            "real_time_multiple": round(len(traffic) * 3600 / wall, 1),
+            "payload_rate_multiple": round(payloads / wall / live_rate, 1) if payloads else 0.0,
+            "task_core_seconds": round(
+                sum(r.spark.get(SPARK_TASK_SECONDS, 0) for r in self.runs), 1
+            ),
+            "held_core_seconds": round(
+                sum(
+                    r.spark.get(SPARK_CORES, 0) * r.spark.get(SPARK_SESSION_SECONDS, 0)
+                    for r in self.runs
+                ),
+                1,
+            ),
+        }
+
+    def speed_lines(self) -> list[str]:
+        speed = self.speed()
+        if not speed:
+            return []
+        lines = [
+            f"speed: {speed['traffic_hours']} hour(s) of traffic in {speed['wall_seconds']:,.1f} "
+            f"s = {speed['real_time_multiple']:,.1f}x real time; {speed['payloads']:,} "
+            f"payloads at {speed['payloads_per_second']:,.1f}/s, "
+            f"{speed['payload_rate_multiple']:,.1f}x their live rate "
+            f"({speed['live_payloads_per_second']:,.2f}/s)"
+        ]
+        estimates = {r.manifest.get("estimate_seconds") for r in self.runs} - {"", None}
+        if estimates:
+            lines.append(
+                f"estimate before launch: {float(max(estimates)):,.0f} s; took "
+                f"{speed['wall_seconds']:,.1f} s"
+            )
+        if speed["task_core_seconds"] or speed["held_core_seconds"]:
+            lines.append(
+                f"cost: {speed['task_core_seconds']:,.1f} executor core-seconds of Spark "
+                f"tasks; {speed['held_core_seconds']:,.1f} core-seconds held by the runs' "
+                f"Spark sessions"
+            )
         return lines
 
     def held_back(self) -> list[str]:

@@ -37,6 +37,7 @@ from backfill_assets.publishing.tables import (
     table_name,
 )
 from backfill_assets.resources.backup_store import BackupStore
+from backfill_assets.resources.spark import usage_metadata
 
 LINEAGE_COLUMNS = ("run_id", "code_version")
 SHADOW_PARTITION_COLUMNS = ["hour", "version"]
@@ -162,6 +163,7 @@ class ShadowTableIOManager(dg.ConfigurableIOManager):
                 "release_id": release,
                 "location": dg.MetadataValue.path(version_root),
                 "rows_written": rows_written,
+                **usage_metadata(self.pyspark),
             }
         )
         # Each hour's own counts go on that hour's event only (not a whole-range dict on

@@ -9,11 +9,14 @@ from __future__ import annotations
 import os
 import re
 import sys
+import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
 from dagster_pyspark import LazyPySparkResource
+from pydantic import PrivateAttr
 from pyspark.sql import SparkSession
 
 from backfill_assets.resources import jvm_archive
@@ -127,6 +130,14 @@ class SparkResource(LazyPySparkResource):
     """
 
     data_root: str | None = None
+    _usage_mark: tuple[int, float] | None = PrivateAttr(default=None)
+
+    def usage(self) -> SparkUsage | None:
+        """What this run's Spark work cost so far (from its session's start in this
+        resource); None before the session started."""
+        if self._spark_session is None or self._usage_mark is None:
+            return None
+        return spark_usage(self._spark_session, *self._usage_mark)
 
     def _init_session(self) -> None:
         if self._spark_session is None:
@@ -147,6 +158,7 @@ class SparkResource(LazyPySparkResource):
             for key, value in conf.items():
                 builder = builder.config(key, value)
             self._spark_session = builder.getOrCreate()
+            self._usage_mark = (_last_stage(self._spark_session), time.monotonic())
 
 
 def spark_resource(settings: Settings) -> SparkResource:
@@ -159,3 +171,73 @@ def spark_resource(settings: Settings) -> SparkResource:
 def spark_session(settings: Settings) -> SparkSession:
     """A session outside Dagster (CLI, tests) with exactly the code location's config."""
     return spark_resource(settings).spark_session
+
+
+# ----------------------------------------------------------------------- cost of a run
+
+
+@dataclass(frozen=True)
+class SparkUsage:
+    """Spark work since a mark: executor task time and the cores the session holds."""
+
+    task_seconds: float  # executor core-seconds spent running tasks (the work done)
+    cores: int  # executor cores of the session (local mode: the driver's)
+    wall_seconds: float  # since the mark
+
+    @property
+    def allocated_core_seconds(self) -> float:
+        """Cores held x wall time: what a cluster bills, used or idle."""
+        return self.cores * self.wall_seconds
+
+
+def _status_store(spark: SparkSession):
+    # Spark's status store feeds its UI; it is kept whether or not the UI runs.
+    return spark.sparkContext._jsc.sc().statusStore()
+
+
+def _stages(spark: SparkSession):
+    gateway = spark.sparkContext._gateway
+    no_quantiles = gateway.new_array(gateway.jvm.double, 0)
+    listing = _status_store(spark).stageList(
+        None, False, False, no_quantiles, gateway.jvm.java.util.ArrayList()
+    )
+    iterator = listing.iterator()
+    while iterator.hasNext():
+        yield iterator.next()
+
+
+def _last_stage(spark: SparkSession) -> int:
+    return max((stage.stageId() for stage in _stages(spark)), default=-1)
+
+
+def spark_usage(spark: SparkSession, after_stage: int, since: float) -> SparkUsage:
+    """Executor task time of the stages after ``after_stage`` (the status store keeps the
+    last ``spark.ui.retainedStages``, 1000 by default), the executor cores, and the wall
+    time since ``since`` (``time.monotonic``)."""
+    task_ms = sum(s.executorRunTime() for s in _stages(spark) if s.stageId() > after_stage)
+    executors = _status_store(spark).executorList(True)
+    cores, iterator = {}, executors.iterator()
+    while iterator.hasNext():
+        executor = iterator.next()
+        cores[executor.id()] = executor.totalCores()
+    # local mode: the driver runs the tasks; on a cluster, only the executors do
+    held = sum(c for ident, c in cores.items() if ident != "driver") or cores.get("driver", 0)
+    return SparkUsage(round(task_ms / 1000, 1), int(held), round(time.monotonic() - since, 1))
+
+
+# Run-level cost facts on shadow and publish materializations: the run's totals so far.
+SPARK_TASK_SECONDS = "spark_task_seconds"
+SPARK_CORES = "spark_cores"
+SPARK_SESSION_SECONDS = "spark_session_seconds"
+
+
+def usage_metadata(resource: object) -> dict[str, float | int]:
+    """The run's Spark usage so far as metadata ({} when the resource cannot tell)."""
+    usage = resource.usage() if isinstance(resource, SparkResource) else None
+    if usage is None:
+        return {}
+    return {
+        SPARK_TASK_SECONDS: usage.task_seconds,
+        SPARK_CORES: usage.cores,
+        SPARK_SESSION_SECONDS: usage.wall_seconds,
+    }

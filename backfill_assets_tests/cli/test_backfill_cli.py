@@ -70,6 +70,7 @@ def test_two_cli_backfills_are_dagster_backfills_queued_and_both_finish(tmp_path
     for process, output in zip(processes, outputs, strict=True):
         assert process.returncode == 0, output[-4000:]
         assert "Derby" not in output and "SessionHiveMetaStoreClient" not in output
+        assert "estimate: " in output  # printed before launching (nothing measured yet)
     with dg.DagsterInstance.from_config(str(tmp_path / "home")) as instance:
         backfills = instance.get_backfills()
         assert len(backfills) == 2

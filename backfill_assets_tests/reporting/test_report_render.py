@@ -41,6 +41,7 @@ def _runs(mode: str = "backfill") -> list[RunSummary]:
         written=[
             {"table": "shadow.raw_payloads", "version": "run-raw", "rows": 128, "per_hour": {}}
         ],
+        spark={"spark_task_seconds": 12.5, "spark_cores": 2, "spark_session_seconds": 19.0},
         checks=[
             CheckOutcome(
                 "raw_manifest_reconciliation",
@@ -61,6 +62,7 @@ def _runs(mode: str = "backfill") -> list[RunSummary]:
         started=20.0,
         ended=30.0,
         written=[{"table": "shadow.sessions", "version": "run-agg", "rows": 12, "per_hour": {}}],
+        spark={"spark_task_seconds": 3.0, "spark_cores": 2, "spark_session_seconds": 10.0},
     )
     runs = [received, sessions]
     if mode != "dry_run":
@@ -94,7 +96,7 @@ def test_the_report_says_what_was_published_held_back_and_why(tmp_path: Path) ->
         release_id="rel-1",
     )
     text = report.text()
-    assert text.splitlines()[:7] == [
+    assert text.splitlines()[:9] == [
         "Backfill report: release rel-1",
         "raw: 1 hour(s) published, 1 with different rows (2026-11-20T09); 1 held back "
         "(2026-11-20T10)",
@@ -103,6 +105,11 @@ def test_the_report_says_what_was_published_held_back_and_why(tmp_path: Path) ->
         "checks: 0 of 1 passed: failed raw_manifest_reconciliation",
         "time: 32.0 s in 3 run(s); 140 rows written over 3 partition-hour(s), 4 rows/s, "
         "10.7 s per partition-hour",
+        # the raw run rebuilt 2 hours of traffic (130 payloads) and the release took 32 s
+        "speed: 2 hour(s) of traffic in 32.0 s = 225.0x real time; 130 payloads at 4.1/s, "
+        "225.0x their live rate (0.02/s)",
+        "cost: 15.5 executor core-seconds of Spark tasks; 58.0 core-seconds held by the "
+        "runs' Spark sessions",
         "ground truth: 2/2 hours match",
     ]
     assert f"held back: raw 2026-11-20T10: {HELD}" in text

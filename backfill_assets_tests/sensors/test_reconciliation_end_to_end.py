@@ -28,10 +28,11 @@ from backfill_assets.definitions import build_definitions
 from backfill_assets.generator import generate_backups, land_held_back
 from backfill_assets.layers import raw, registry
 from backfill_assets.layers.windows import session_hours_touching
-from backfill_assets.partitions import hour_range
+from backfill_assets.partitions import backup_hour_path, hour_range
 from backfill_assets.publishing import audit
 from backfill_assets.reporting import expected
 from backfill_assets.reporting.diff import diff_layer
+from backfill_assets.reporting.estimate import estimate
 from backfill_assets.reporting.report import build_report
 from backfill_assets.resources.backup_store import LocalBackupStore
 from backfill_assets.sensors import findings, state
@@ -341,6 +342,19 @@ def test_dry_run_diff_report_then_backfill_leaves_nothing_to_reconcile(
     assert report.headline()[0] == (
         f"raw: 1 hour(s) would be published (dry run), 1 with different rows ({LATE})"
     )
+    # speed and cost, from the run's lineage: the hour's manifests and Spark's task time
+    speed = report.speed()
+    manifests = sum(run.read["manifest_records_per_hour"].values())
+    assert speed["payloads"] == manifests > 0 and speed["traffic_hours"] == 1
+    assert speed["real_time_multiple"] == pytest.approx(3600 / speed["wall_seconds"], rel=0.01)
+    # the estimate for the next launch: the hour's manifests at the rate measured here
+    guess = estimate(scenario.instance, LocalBackupStore(root=str(landed)), [LATE])
+    sizes = [f["bytes"] for m in landed.glob(f"raw/{backup_hour_path(LATE)}/*/_MANIFEST.json")
+             for f in json.loads(m.read_text())["files"]]  # fmt: skip
+    assert (guess.files, guess.bytes, guess.records) == (len(sizes), sum(sizes), manifests)
+    assert guess.rate > 0 and guess.seconds == pytest.approx(sum(sizes) / guess.rate)
+    assert f"about {guess.seconds:,.0f} s" in guess.line()
+    assert speed["task_core_seconds"] > 0 and speed["held_core_seconds"] > 0
     markdown, chart = report.write(tmp_path / "report")
     text = markdown.read_text()
     assert f"# Backfill report: release {dry.release_id}" in text
@@ -362,5 +376,6 @@ def test_dry_run_diff_report_then_backfill_leaves_nothing_to_reconcile(
     out = capsys.readouterr().out
     assert f"raw: 1 hour(s) published, 1 with different rows ({LATE})" in out
     assert "published before vs after" in out and "would publish" not in out
+    assert "x real time" in out and "executor core-seconds of Spark tasks" in out
     assert (tmp_path / "cli" / "report.md").exists()
     assert (tmp_path / "cli" / "rows_per_hour.png").exists()
