@@ -150,9 +150,9 @@ def run_backfill(args: argparse.Namespace) -> int:
     settings, defs, instance = _context(args)
     if "raw" in layers:  # the release reads backups: how long should it take?
         from backfill_assets.reporting.estimate import estimate
-        from backfill_assets.resources import BACKUPS, build_resources
+        from backfill_assets.resources import BACKUPS
 
-        guess = estimate(instance, build_resources(settings)[BACKUPS], hours)
+        guess = estimate(instance, defs.resources[BACKUPS], hours)
         print(guess.line())
         if guess.seconds is not None:
             extra[tags.ESTIMATE_SECONDS] = f"{guess.seconds:.0f}"

@@ -39,12 +39,12 @@ import os
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from backfill_assets import tags
 from backfill_assets.backups.inventory import HourInventory
 from backfill_assets.layers.windows import received_window
-from backfill_assets.partitions import hour_range, shift_hour
+from backfill_assets.partitions import hour_range, parse_hour, shift_hour
 from backfill_assets.publishing.publisher import Layer
 
 MISSING_HOUR = "missing_hour"
@@ -672,6 +672,31 @@ class Reconciliation:
     plan: Plan
     source: str  # where the published state came from: "dagster" or "ledger"
     max_hours: int
+    layers: tuple[str, ...] = ()  # the layers compared, in dependency order
+
+    def health(self, now: datetime | None = None) -> dict[str, dict]:
+        """Per layer, numbers a monitor can scrape: the share of the window's hours with
+        no finding (published and matching the closed manifests), the hours a backfill
+        would repair, and the oldest of them with its age in hours (since its hour ended)."""
+        now = now or datetime.now(UTC)
+        hours = self.window.hours
+        health = {}
+        for layer in self.layers or tuple(dict.fromkeys(f.layer for f in self.findings)):
+            found = {f.hour for f in self.findings if f.layer == layer}
+            damaged = sorted({f.hour for f in self.actionable if f.layer == layer})
+            oldest = damaged[0] if damaged else None
+            age = (now - parse_hour(oldest) - timedelta(hours=1)) if oldest else None
+            health[layer] = {
+                "hours": len(hours),
+                "healthy_hours": len(hours) - len(found & set(hours)),
+                "completeness": round((len(hours) - len(found & set(hours))) / len(hours), 4),
+                "damaged_hours": len(damaged),
+                "oldest_damage_hour": oldest,
+                "oldest_damage_age_hours": (
+                    round(max(age.total_seconds(), 0) / 3600, 1) if age is not None else None
+                ),
+            }
+        return health
 
     @property
     def actionable(self) -> list[Finding]:
@@ -711,6 +736,17 @@ class Reconciliation:
             out.append("Nothing new to request.")
         for r, why in self.plan.deferred:
             out.append(f"  deferred: {r.layer} {r.first}..{r.last} ({r.hours} h): {why}")
+        for layer, h in self.health().items():
+            damage = (
+                f"oldest damage {h['oldest_damage_hour']} ({h['oldest_damage_age_hours']:,.1f} h "
+                f"ago)"
+                if h["oldest_damage_hour"]
+                else "no damage to repair"
+            )
+            out.append(
+                f"  health {layer}: {h['completeness']:.1%} of {h['hours']} hour(s) published "
+                f"and matching; {h['damaged_hours']} to repair; {damage}"
+            )
         for layer, skipped in sorted(self.plan.skipped.items()):
             by_why: dict[str, list[str]] = defaultdict(list)
             for hour, why in skipped.items():
@@ -736,4 +772,5 @@ class Reconciliation:
                 layer: dict(sorted(h.items())) for layer, h in sorted(self.plan.skipped.items())
             },
             "max_hours_per_tick": self.max_hours,
+            "health": self.health(),
         }

@@ -59,11 +59,13 @@ class Cursor:
     """The sensor's memory between evaluations (JSON in the sensor cursor).
 
     ``requested``: layer -> hour -> fingerprint of the damage it was requested for;
-    ``reported``: layer -> hour -> digest of the findings last recorded as an observation.
+    ``reported``: layer -> hour -> digest of the findings last recorded as an observation;
+    ``health``: layer -> digest of the health numbers last recorded as an observation.
     """
 
     requested: dict[str, dict[str, str]] = field(default_factory=dict)
     reported: dict[str, dict[str, str]] = field(default_factory=dict)
+    health: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, text: str | None) -> "Cursor":
@@ -73,11 +75,15 @@ class Cursor:
             data = json.loads(text)
         except ValueError:
             return cls()  # an unreadable cursor only costs one repeated report
-        return cls(requested=data.get("requested", {}), reported=data.get("reported", {}))
+        return cls(
+            requested=data.get("requested", {}),
+            reported=data.get("reported", {}),
+            health=data.get("health", {}),
+        )
 
     def dump(self) -> str:
         return json.dumps(
-            {"requested": self.requested, "reported": self.reported},
+            {"requested": self.requested, "reported": self.reported, "health": self.health},
             sort_keys=True,
             separators=(",", ":"),
         )
@@ -211,6 +217,35 @@ def _observations(
     return events, reported
 
 
+def _health_observations(
+    result: Reconciliation, previous: Cursor, layers: Sequence[Layer]
+) -> tuple[list[dg.AssetObservation], dict[str, str]]:
+    """One observation per layer (its first published table, no partition) with its
+    completeness and oldest damage, whenever those change (not on every tick)."""
+    events, marks = [], {}
+    health = result.health()
+    for layer in layers:
+        numbers = health.get(layer.name)
+        if numbers is None:
+            continue
+        stable = {k: v for k, v in numbers.items() if k != "oldest_damage_age_hours"}
+        marks[layer.name] = digest([json.dumps(stable, sort_keys=True)])
+        if previous.health.get(layer.name) == marks[layer.name]:
+            continue
+        events.append(
+            dg.AssetObservation(
+                asset_key=asset_key(layer.pairs[0][1]),
+                description=f"reconciliation health: {numbers['completeness']:.1%} complete",
+                metadata={
+                    **{k: v if v is not None else "" for k, v in numbers.items()},
+                    "window": f"{result.window.hours[0]}..{result.window.hours[-1]}",
+                    "sensor": SENSOR_NAME,
+                },
+            )
+        )
+    return events, marks
+
+
 def evaluate(
     instance: dg.DagsterInstance,
     keys_by_layer: Mapping[str, Sequence[dg.AssetKey]],
@@ -247,7 +282,11 @@ def evaluate(
         requested=previous.requested,
     )
     events, reported = _observations(result, previous, layers, request_id)
-    next_cursor = Cursor(requested=_next_requested(result, previous), reported=reported).dump()
+    health_events, health = _health_observations(result, previous, layers)
+    events += health_events
+    next_cursor = Cursor(
+        requested=_next_requested(result, previous), reported=reported, health=health
+    ).dump()
     if result.plan.requests:
         summary = f"{len(result.findings)} finding(s); releases requested ({request_id})"
     elif result.findings:

@@ -403,4 +403,11 @@ def reconcile(
         in_flight=in_flight,
         requested=requested,
     )
-    return Reconciliation(window, findings, planned, source, config.max_hours_per_tick)
+    return Reconciliation(
+        window,
+        findings,
+        planned,
+        source,
+        config.max_hours_per_tick,
+        tuple(layer.name for layer in layers),
+    )

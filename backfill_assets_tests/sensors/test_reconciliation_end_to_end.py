@@ -185,6 +185,11 @@ def test_the_run_manifest_reaches_the_ledger_and_the_lineage(
         assert pub.read is not None and other.read is None
 
 
+def drift(evaluation: Evaluation) -> list[dg.AssetObservation]:
+    """The evaluation's per-hour observations (not the per-layer health ones)."""
+    return [e for e in evaluation.result.asset_events if e.partition]
+
+
 def test_before_the_late_files_land_the_sensor_sees_nothing_without_spark(
     scenario: Scenario, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -193,7 +198,16 @@ def test_before_the_late_files_land_the_sensor_sees_nothing_without_spark(
 
     monkeypatch.setattr(SparkSession.Builder, "getOrCreate", no_spark)
     evaluation = evaluate(scenario, scenario.backups)
-    assert evaluation.requests == [] and evaluation.result.asset_events == []
+    assert evaluation.requests == [] and drift(evaluation) == []
+    # each layer's health, once (until it changes): every hour of the window in order
+    health = {e.asset_key: e.metadata for e in evaluation.result.asset_events}
+    assert set(health) == {
+        dg.AssetKey(layer.pairs[0][1].split(".")) for layer in registry.LAYERS.values()
+    }
+    assert all(m["completeness"].value == 1.0 for m in health.values())
+    assert all(m["damaged_hours"].value == 0 for m in health.values())
+    again = evaluate(scenario, scenario.backups, evaluation.result.cursor)
+    assert again.result.asset_events == []  # nothing changed: nothing recorded
     assert "no findings" in evaluation.result.skip_reason.skip_message
     # the sensor itself: nothing to submit, no Spark
     use_cli_env(monkeypatch, scenario, scenario.backups)
@@ -233,7 +247,12 @@ def test_late_files_are_requested_once_with_the_session_hours_around_them(
         assert request_tags[tags.REASON].startswith(f"reconciliation: count_mismatch in raw {LATE}")
         assert "manifest_appeared" in request_tags[tags.REASON]
     assert len({r.run_key for r in first.requests}) == len(first.requests)
-    (observation,) = first.result.asset_events
+    (observation,) = drift(first)
+    raw_health = first.reconciliation.health()["raw"]
+    window = len(first.reconciliation.window.hours)
+    assert (raw_health["damaged_hours"], raw_health["oldest_damage_hour"]) == (1, LATE)
+    assert raw_health["completeness"] == round((window - 1) / window, 4)
+    assert raw_health["oldest_damage_age_hours"] > 0
     assert (observation.asset_key, observation.partition) == (raw.PAYLOADS, LATE)
     assert observation.metadata["kinds"].value == "count_mismatch, manifest_appeared"
     assert observation.metadata["action"].value.startswith(f"backfill requested: raw {LATE}")
@@ -268,7 +287,7 @@ def test_a_bumped_code_version_reports_published_partitions_stale(
     )
     result = evaluate(scenario, scenario.backups)
     assert ranges(result)[0] == ("raw", FIRST, LAST)
-    stale = {e.partition: e.metadata["findings"].value for e in result.result.asset_events}
+    stale = {e.partition: e.metadata["findings"].value for e in drift(result)}
     assert sorted(stale) == hour_range(FIRST, LAST)
     assert all(
         f[0]["kind"] == "stale" and "raw-1" in f[0]["detail"] and "raw-2" in f[0]["detail"]
@@ -294,10 +313,14 @@ def test_the_reconcile_command_prints_what_the_sensor_would_request(
         (LATE, "manifest_appeared", 2),
     ]
     assert document["requests"][0]["tags"][tags.REQUESTED_BY] == "reconciliation-sensor"
+    assert set(document["health"]) == set(registry.LAYERS)
+    assert document["health"]["raw"]["damaged_hours"] == 1
+    assert document["health"]["raw"]["oldest_damage_hour"] == LATE
     assert main(["reconcile", "--source", "ledger"]) == 1
     text = capsys.readouterr().out
     assert "published state from the publication ledger" in text
     assert f"{LATE}  raw  count_mismatch" in text and f"raw          {LATE}..{LATE}" in text
+    assert "health raw: " in text and f"1 to repair; oldest damage {LATE}" in text
     assert len(scenario.instance.get_run_records()) == runs_before  # launched nothing
 
 
@@ -367,7 +390,7 @@ def test_dry_run_diff_report_then_backfill_leaves_nothing_to_reconcile(
     assert publish.success, publish.failures
     after = evaluate(scenario, landed, found.result.cursor)
     assert after.requests == [] and "no findings" in after.result.skip_reason.skip_message
-    (resolved,) = after.result.asset_events
+    (resolved,) = drift(after)
     assert (resolved.partition, resolved.metadata["reconciliation"].value) == (LATE, "resolved")
 
     # The same release's report after publishing: what it replaced.
