@@ -56,3 +56,16 @@ def allowed_missing_hours(tags: Mapping[str, str], hours: list[str]) -> set[str]
     if value.lower() == "true":
         return set(hours)
     return {h.strip() for h in value.split(",") if h.strip()}
+
+
+def partition_range(tags: Mapping[str, str]) -> list[str]:
+    """The hours a run targets (its partition or partition range tags); [] if none or
+    not hour keys."""
+    from backfill_assets.partitions import InvalidHourError, hour_range
+
+    first = tags.get("dagster/asset_partition_range_start") or tags.get("dagster/partition")
+    last = tags.get("dagster/asset_partition_range_end") or first
+    try:
+        return hour_range(first, last) if first and last else []
+    except InvalidHourError:
+        return []

@@ -171,11 +171,10 @@ def reconcile_client_hourly(sessions: DataFrame, hourly: DataFrame) -> dict[str,
 def aggregated_checks(context: dg.AssetCheckExecutionContext, warehouse: Warehouse):
     """Check the sessions and client_hourly versions this run wrote; record per hour."""
     spark = warehouse.spark
-    version = context.run.run_id
     table = LAYER.checked_table
-    hours = common.written_hours(spark, table, version)
+    version, hours, why = common.version_to_check(context, spark, table)
     if not hours:
-        yield from common.nothing_written(context)
+        yield from common.not_evaluated(context, why)
         return
     sessions = common.shadow_version(spark, table, version).cache()
     hourly = common.shadow_version(spark, "shadow.client_hourly", version)
@@ -200,6 +199,7 @@ def aggregated_checks(context: dg.AssetCheckExecutionContext, warehouse: Warehou
         warehouse.warehouse_dir,
         LAYER.name,
         table,
+        version,
         hours,
         {name: failing[name] for name in LAYER.checks},
     )

@@ -6,21 +6,51 @@ import dagster as dg
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from backfill_assets import tags
 from backfill_assets.publishing import audit
 from backfill_assets.publishing.tables import run_id
 
 
-def nothing_written(context: dg.AssetCheckExecutionContext) -> list[dg.AssetCheckResult]:
-    """Passing results for every check of the step: this run wrote nothing to check."""
+def not_evaluated(context: dg.AssetCheckExecutionContext, why: str) -> list[dg.AssetCheckResult]:
+    """Results for every check of the step that say it evaluated nothing (never a pass)."""
     return [
         dg.AssetCheckResult(
             check_name=spec.name,
             asset_key=spec.asset_key,
-            passed=True,
-            description="this run wrote no shadow partition to check",
+            passed=False,
+            severity=dg.AssetCheckSeverity.WARN,
+            description=f"not evaluated: {why}",
         )
         for spec in context.check_specs
     ]
+
+
+def version_to_check(
+    context: dg.AssetCheckExecutionContext, spark: SparkSession, table: str
+) -> tuple[str, list[str], str]:
+    """The shadow version a check step evaluates, its hours, and why nothing (if so).
+
+    In a build run: the version this run wrote. In a run that wrote nothing (the check
+    launched alone, from the UI): the newest version written for the run's hours, so a
+    re-check evaluates the candidate a publish would take, with the current rules.
+    """
+    own = context.run.run_id
+    hours = written_hours(spark, table, own)
+    if hours:
+        return own, hours, ""
+    wanted = tags.partition_range(context.run.tags)
+    if not wanted:
+        return own, [], "this run wrote no shadow version and names no hours (choose a range)"
+    newest = (
+        audit.read(spark, audit.SHADOW_PARTITIONS)
+        .where((F.col("table_name") == table) & F.col("hour").isin(wanted))
+        .orderBy(F.col("written_at").desc())
+        .select("version")
+        .first()
+    )
+    if newest is None:
+        return own, [], f"no shadow version of {table} for {wanted[0]}..{wanted[-1]} yet"
+    return newest[0], [h for h in written_hours(spark, table, newest[0]) if h in wanted], ""
 
 
 def written_hours(spark: SparkSession, table: str, version: str) -> list[str]:
@@ -46,6 +76,7 @@ def record_all(
     version: str,
     hours: list[str],
     outcomes: dict[str, dict[str, str]],
+    checked_by: str | None = None,
 ) -> None:
     """Append one row per (check, hour) to ``audit.check_results`` (the publisher's gate),
     in one Spark job; ``outcomes`` maps check name -> {failing hour: reason}."""
@@ -62,7 +93,7 @@ def record_all(
                 "check_name": name,
                 "passed": h not in failing,
                 "detail": failing.get(h, "ok")[:2000],
-                "run_id": version,
+                "run_id": checked_by or version,
                 "checked_at": now,
             }
             for name, failing in outcomes.items()
@@ -77,27 +108,16 @@ def record_and_log(
     warehouse_dir: str,
     layer: str,
     table: str,
+    version: str,
     hours: list[str],
     failing: dict[str, dict[str, str]],
 ) -> None:
-    """Record every check's per-hour outcome (one job) and log each failing hour."""
-    record_all(spark, warehouse_dir, table, context.run.run_id, hours, failing)
+    """Record every check's per-hour outcome of ``version`` (one job) and log each failing
+    hour."""
+    record_all(spark, warehouse_dir, table, version, hours, failing, context.run.run_id)
     for name, reasons in failing.items():
         for hour, reason in sorted(reasons.items()):
             context.log.warning(f"{layer} {hour} fails {name}: {reason}")
-
-
-def record(
-    spark: SparkSession,
-    warehouse_dir: str,
-    table: str,
-    version: str,
-    check_name: str,
-    hours: list[str],
-    failing: dict[str, str],
-) -> None:
-    """``record_all`` for a single check."""
-    record_all(spark, warehouse_dir, table, version, hours, {check_name: failing})
 
 
 def result(

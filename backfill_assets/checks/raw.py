@@ -69,12 +69,12 @@ def raw_checks(
     warehouse: Warehouse,
     backups: BackupStore,
 ):
-    """Check the shadow version this run wrote, hour by hour, and record the outcomes."""
+    """Check the shadow version this run wrote (alone: the newest of its hours), hour by
+    hour, and record the outcomes."""
     spark = warehouse.spark
-    version = context.run.run_id
-    hours = common.written_hours(spark, LAYER.checked_table, version)
+    version, hours, why = common.version_to_check(context, spark, LAYER.checked_table)
     if not hours:
-        yield from common.nothing_written(context)
+        yield from common.not_evaluated(context, why)
         return
     payloads = common.shadow_version(spark, "shadow.raw_payloads", version)
     quarantine = common.shadow_version(spark, "shadow.raw_quarantine", version)
@@ -113,6 +113,7 @@ def raw_checks(
         warehouse.warehouse_dir,
         LAYER.name,
         LAYER.checked_table,
+        version,
         hours,
         {ROW_RULES: rule_failing, MANIFEST_RECONCILIATION: recon_failing},
     )

@@ -100,11 +100,10 @@ def reconciliation_failures(hours: list[str], counts: dict[str, dict[str, int]])
 def transformed_checks(context: dg.AssetCheckExecutionContext, warehouse: Warehouse):
     """Check the transformed shadow version this run wrote, hour by hour; record outcomes."""
     spark = warehouse.spark
-    version = context.run.run_id
     table = LAYER.checked_table
-    hours = common.written_hours(spark, table, version)
+    version, hours, why = common.version_to_check(context, spark, table)
     if not hours:
-        yield from common.nothing_written(context)
+        yield from common.not_evaluated(context, why)
         return
     payloads = common.shadow_version(spark, table, version).cache()
     try:
@@ -131,6 +130,7 @@ def transformed_checks(context: dg.AssetCheckExecutionContext, warehouse: Wareho
         warehouse.warehouse_dir,
         LAYER.name,
         table,
+        version,
         hours,
         {ROW_RULES: rule_failing, RAW_RECONCILIATION: recon_failing},
     )

@@ -32,7 +32,6 @@ import dagster as dg
 
 from backfill_assets import tags
 from backfill_assets.layers.raw import MANIFEST_RECORDS
-from backfill_assets.partitions import InvalidHourError, hour_range
 from backfill_assets.publishing.publisher import Layer
 from backfill_assets.reporting.chart import rows_chart
 from backfill_assets.reporting.diff import DiffCounts
@@ -148,15 +147,6 @@ class RunSummary:
 # ------------------------------------------------------------------------------ collect
 
 
-def _run_hours(run_tags: Mapping[str, str]) -> list[str]:
-    first = run_tags.get("dagster/asset_partition_range_start") or run_tags.get("dagster/partition")
-    last = run_tags.get("dagster/asset_partition_range_end") or first
-    try:
-        return hour_range(first, last) if first and last else []
-    except InvalidHourError:
-        return []
-
-
 def _plain(value: Any) -> Any:
     return getattr(value, "value", value)
 
@@ -194,7 +184,7 @@ def collect_run(
         layers=[
             layer.name for layer in layers if selection & {t for pair in layer.pairs for t in pair}
         ],
-        hours=_run_hours(run.tags),
+        hours=tags.partition_range(run.tags),
         manifest=manifest,
         started=record.start_time,
         ended=record.end_time,

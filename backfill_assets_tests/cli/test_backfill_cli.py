@@ -17,6 +17,7 @@ import pytest
 
 from backfill_assets import tags
 from backfill_assets.generator import generate_backups
+from backfill_assets.publishing.assets import PUBLISH
 
 pytestmark = pytest.mark.slow
 
@@ -41,13 +42,13 @@ def test_two_cli_backfills_are_dagster_backfills_queued_and_both_finish(tmp_path
         "BACKFILL_RECONCILE_SENSOR": "off",
         "DAGSTER_DISABLE_TELEMETRY": "1",
     }
-    # two layers chained in one backfill; and a raw-only one (the stack test runs a
-    # release of every layer through the daemon)
+    # two layers chained in one backfill that publishes; and a raw-only dry run (the stack
+    # test runs a release of every layer through the daemon)
     first = ["--from", "2026-11-20T00", "--to", "2026-11-20T01", "--layers", "raw,transformed"]
     second = ["--from", "2026-11-20T01", "--to", "2026-11-20T01", "--layers", "raw"]
     commands = [
         ["backfill", *first, "--no-downstream", "--reason", "first"],
-        ["backfill", *second, "--no-downstream", "--reason", "second"],
+        ["backfill", *second, "--no-downstream", "--reason", "second", "--dry-run"],
     ]
     processes = [
         subprocess.Popen(
@@ -92,6 +93,10 @@ def test_two_cli_backfills_are_dagster_backfills_queued_and_both_finish(tmp_path
         ]
         assert ["release/publish"] in selected
         assert any("shadow/transformed_payloads" in s for s in selected)
+        dry = next(b for b in backfills if b is not chained)
+        assert dry.tags.get(tags.MODE) == "dry_run"
+        # built and checked, nothing published
+        assert all(PUBLISH not in r.asset_selection for r in runs[dry.backfill_id])
         # the queue ran one run at a time: no two runs of the instance overlapped
         spans = sorted(
             (instance.get_run_stats(r.run_id).start_time, instance.get_run_stats(r.run_id).end_time)
