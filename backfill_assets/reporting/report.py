@@ -471,13 +471,17 @@ class BackfillReport:
         speed = self.speed()
         if not speed:
             return []
-        lines = [
+        line = (
             f"speed: {speed['traffic_hours']} hour(s) of traffic in {speed['wall_seconds']:,.1f} "
-            f"s = {speed['real_time_multiple']:,.1f}x real time; {speed['payloads']:,} "
-            f"payloads at {speed['payloads_per_second']:,.1f}/s, "
-            f"{speed['payload_rate_multiple']:,.1f}x their live rate "
-            f"({speed['live_payloads_per_second']:,.2f}/s)"
-        ]
+            f"s = {speed['real_time_multiple']:,.1f}x real time"
+        )
+        if speed["payloads"]:  # runs recorded before per-hour manifest records had none
+            line += (
+                f"; {speed['payloads']:,} payloads at {speed['payloads_per_second']:,.1f}/s, "
+                f"{speed['payload_rate_multiple']:,.1f}x their live rate "
+                f"({speed['live_payloads_per_second']:,.2f}/s)"
+            )
+        lines = [line]
         estimates = {r.manifest.get("estimate_seconds") for r in self.runs} - {"", None}
         if estimates:
             lines.append(
