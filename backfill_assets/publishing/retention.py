@@ -198,25 +198,3 @@ def _with_sizes(spark: SparkSession, deletions: list[Deletion]) -> list[Deletion
 def _days(age: timedelta) -> str:
     days = age.total_seconds() / 86400
     return f"{days:g} day(s)"
-
-
-def describe(deletions: Sequence[Deletion]) -> list[str]:
-    """One line per deletion and a total, for logs and the CLI."""
-    lines = [
-        f"{d.table_name} hour={d.hour} version={d.version} release={d.release_id or '-'}: "
-        f"{d.row_count:,} rows, {_size(d.bytes)} ({d.reason})"
-        for d in deletions
-    ]
-    total = sum(d.bytes for d in deletions)
-    lines.append(
-        f"{len(deletions)} shadow version(s), {sum(d.row_count for d in deletions):,} rows, "
-        f"{_size(total)}"
-    )
-    return lines
-
-
-def _size(count: int) -> str:
-    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
-        if count >= scale:
-            return f"{count / scale:.1f} {unit}"
-    return f"{count} B"

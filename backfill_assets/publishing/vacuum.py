@@ -6,6 +6,7 @@ the defaults. Runs in the publish pool, like publish and rollback.
 """
 
 import os
+from collections.abc import Sequence
 from datetime import timedelta
 
 import dagster as dg
@@ -15,6 +16,7 @@ from backfill_assets import tags
 from backfill_assets.layers.registry import LAYERS
 from backfill_assets.publishing import audit, retention
 from backfill_assets.publishing.lock import PUBLISH_POOL
+from backfill_assets.reporting.report import format_bytes
 from backfill_assets.resources.warehouse import Warehouse
 
 VACUUM_JOB = "vacuum"
@@ -41,6 +43,20 @@ class VacuumConfig(dg.Config):
     )
 
 
+def describe(deletions: Sequence[retention.Deletion]) -> list[str]:
+    """One line per deletion and a total, for the run's log (which the CLI prints)."""
+    lines = [
+        f"{d.table_name} hour={d.hour} version={d.version} release={d.release_id or '-'}: "
+        f"{d.row_count:,} rows, {format_bytes(d.bytes)} ({d.reason})"
+        for d in deletions
+    ]
+    lines.append(
+        f"{len(deletions)} shadow version(s), {sum(d.row_count for d in deletions):,} rows, "
+        f"{format_bytes(sum(d.bytes for d in deletions))}"
+    )
+    return lines
+
+
 @dg.op(
     description="Delete unpublished shadow versions older than max_age_days and superseded "
     "ones deeper than rollback_depth; every deletion recorded in audit.deletions.",
@@ -59,7 +75,7 @@ def vacuum_op(context: dg.OpExecutionContext, config: VacuumConfig, warehouse: W
         dry_run=config.dry_run,
     )
     verb = "would delete" if config.dry_run else "deleted"
-    *lines, total = retention.describe(deletions)
+    *lines, total = describe(deletions)
     for line in lines:
         context.log.info(f"{verb} {line}")
     context.log.info(f"vacuum {verb} {total}")

@@ -16,7 +16,7 @@ import dagster as dg
 
 from backfill_assets import tags
 from backfill_assets.backups.inventory import take_inventory
-from backfill_assets.reporting.report import runs_of_release
+from backfill_assets.reporting.report import format_bytes, runs_of_release
 from backfill_assets.resources.backup_store import BackupStore
 
 RAW_SHADOW = dg.AssetKey(["shadow", "raw_payloads"])
@@ -38,15 +38,15 @@ class Estimate:
         return self.bytes / self.rate if self.rate else None
 
     def line(self) -> str:
-        size = f"{self.bytes / 1e6:,.1f} MB" if self.bytes >= 1e5 else f"{self.bytes:,} B"
         head = (
             f"estimate: {self.hours} hour(s) of backups, {self.folders} folder(s), "
-            f"{self.files} file(s), {size}, {self.records:,} manifest record(s)"
+            f"{self.files} file(s), {format_bytes(self.bytes)}, {self.records:,} manifest "
+            f"record(s)"
         )
         if self.seconds is None:
             return f"{head}; no measured rate yet (no earlier release read backups here)"
         return (
-            f"{head}; at {self.rate / 1e6:,.2f} MB/s (measured over the last "
+            f"{head}; at {format_bytes(self.rate)}/s (measured over the last "
             f"{self.measured_releases} release(s)) about {self.seconds:,.0f} s"
         )
 

@@ -327,7 +327,8 @@ def _when(epoch: float | None) -> str:
     return datetime.fromtimestamp(epoch, tz=UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
-def _bytes(size: float) -> str:
+def format_bytes(size: float) -> str:
+    """A size for people: ``93.9 kB``, ``1.2 GB`` (powers of 1000)."""
     for unit in ("B", "kB", "MB", "GB"):
         if size < 1000 or unit == "GB":
             return f"{size:,.0f} {unit}" if unit == "B" else f"{size:,.1f} {unit}"
@@ -529,7 +530,7 @@ class BackfillReport:
             problems = read.get("backup_problems") or []
             out.append(
                 f"{bullet}read: {read.get('input_files', 0):,} backup file(s), "
-                f"{_bytes(read.get('input_bytes') or 0)}, "
+                f"{format_bytes(read.get('input_bytes') or 0)}, "
                 f"{sum(records.values()):,} manifest record(s); backup problems: "
                 f"{len(problems) or 'none'}"
             )
@@ -558,7 +559,7 @@ class BackfillReport:
             out.append(
                 f"{bullet}throughput: {run.rows_written / run.seconds:,.0f} rows/s, "
                 f"{per_hour:,.1f} s per partition-hour"
-                + (f", {_bytes(size / run.seconds)}/s read" if size else "")
+                + (f", {format_bytes(size / run.seconds)}/s read" if size else "")
             )
         return out
 

@@ -682,14 +682,14 @@ class Reconciliation:
         hours = self.window.hours
         health = {}
         for layer in self.layers or tuple(dict.fromkeys(f.layer for f in self.findings)):
-            found = {f.hour for f in self.findings if f.layer == layer}
+            found = {f.hour for f in self.findings if f.layer == layer} & set(hours)
             damaged = sorted({f.hour for f in self.actionable if f.layer == layer})
             oldest = damaged[0] if damaged else None
             age = (now - parse_hour(oldest) - timedelta(hours=1)) if oldest else None
             health[layer] = {
                 "hours": len(hours),
-                "healthy_hours": len(hours) - len(found & set(hours)),
-                "completeness": round((len(hours) - len(found & set(hours))) / len(hours), 4),
+                "healthy_hours": len(hours) - len(found),
+                "completeness": round((len(hours) - len(found)) / len(hours), 4),
                 "damaged_hours": len(damaged),
                 "oldest_damage_hour": oldest,
                 "oldest_damage_age_hours": (
