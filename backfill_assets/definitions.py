@@ -15,6 +15,7 @@ from backfill_assets.publishing.assets import (
     published_tables,
     rollback_release_job,
 )
+from backfill_assets.publishing.erase import erase_job
 from backfill_assets.publishing.vacuum import build_vacuum_schedule, vacuum_job
 from backfill_assets.resources import build_resources
 from backfill_assets.sensors.reconciliation import build_reconciliation_sensor
@@ -31,7 +32,7 @@ def build_definitions(settings: Settings) -> dg.Definitions:
             publish_release,
             *published_tables,
         ],
-        jobs=[rollback_release_job, vacuum_job],
+        jobs=[rollback_release_job, vacuum_job, erase_job],
         schedules=[build_vacuum_schedule()],
         asset_checks=[raw_checks, transformed_checks, aggregated_checks],
         resources=build_resources(settings),

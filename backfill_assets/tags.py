@@ -11,15 +11,19 @@ PREFIX = "backfill_assets"
 REASON = f"{PREFIX}/reason"
 REQUESTED_BY = f"{PREFIX}/requested_by"
 TICKET = f"{PREFIX}/ticket"
-MODE = f"{PREFIX}/mode"  # backfill | dry_run | publish | rollback | vacuum | live
+MODE = f"{PREFIX}/mode"  # backfill | dry_run | publish | rollback | vacuum | erasure | live
+ERASURE = f"{PREFIX}/erasure"  # the erasure (its erase_user run) a release was requested for
 ALLOW_MISSING_HOURS = f"{PREFIX}/allow_missing_hours"  # "true" or comma-separated hours
-ALLOW_SHRINK = f"{PREFIX}/allow_shrink"  # "true": publish candidates much smaller than live
+# "true": the requester approves, at launch, the change gates' findings of the release
+APPROVE_CHANGES = f"{PREFIX}/approve_changes"
+ALLOW_SHRINK = f"{PREFIX}/allow_shrink"  # the former name of APPROVE_CHANGES, still honoured
+USER = "dagster/user"  # the Dagster user who launched the run, where the deployment has users
 RELEASE = f"{PREFIX}/release"  # the release a run builds into or publishes (default: backfill)
 LAYER = f"{PREFIX}/layer"  # the layer a run rebuilds (production tag concurrency)
 REQUEST_ID = f"{PREFIX}/request_id"  # every run of one launch or reconciliation request
 ESTIMATE_SECONDS = f"{PREFIX}/estimate_seconds"  # the CLI's estimate before launching
 DAGSTER_BACKFILL = "dagster/backfill"
-MODES = ("backfill", "dry_run", "publish", "rollback", "vacuum", "live")
+MODES = ("backfill", "dry_run", "publish", "rollback", "vacuum", "erasure", "live")
 
 
 def run_manifest(tags: Mapping[str, str]) -> dict[str, str | None]:
@@ -49,6 +53,10 @@ def validate_release_id(value: str) -> str:
 
 def is_true(tags: Mapping[str, str], tag: str) -> bool:
     return (tags.get(tag) or "").strip().lower() in ("1", "true", "yes")
+
+
+def approves_changes(tags: Mapping[str, str]) -> bool:
+    return is_true(tags, APPROVE_CHANGES) or is_true(tags, ALLOW_SHRINK)
 
 
 def allowed_missing_hours(tags: Mapping[str, str], hours: list[str]) -> set[str]:

@@ -128,6 +128,7 @@ def execute_release(
     release_id: str | None = None,
     extra_tags: dict[str, str] | None = None,
     publish_only: str | None = None,
+    publish_config: dict | None = None,
 ) -> ReleaseResult:
     """Run a release in this process, stage by stage as the daemon would, all runs tagged
     with one release id (the suite's fast path; the CLI tests drive the real daemon)."""
@@ -141,7 +142,13 @@ def execute_release(
     if publish_only:  # publish an earlier (dry-run) release without rebuilding it
         stages = [([], None, None)]
         run_tags[tags.MODE] = "publish"
-        config = {"ops": {"release__publish": {"config": {"release_id": publish_only}}}}
+        config = {
+            "ops": {
+                "release__publish": {
+                    "config": {"release_id": publish_only, **(publish_config or {})}
+                }
+            }
+        }
     runs = launch.execute_in_process(
         defs, instance, stages, release_id=release_id, run_tags=run_tags, run_config=config
     )

@@ -14,6 +14,7 @@ from backfill_assets.layers.raw import (
     ROW_RULES,
     SHADOW_PAYLOADS,
 )
+from backfill_assets.publishing import erasure
 from backfill_assets.resources.backup_store import BackupStore
 from backfill_assets.resources.warehouse import Warehouse
 
@@ -103,7 +104,13 @@ def raw_checks(
         .agg(*(F.sum(c).alias(c) for c in ("valid", "quarantined", "bad")))
         .collect()
     }
-    counts = {k: (v[0] + v[1], v[2]) for k, v in totals.items()}
+    # lines of erased users, left out by the build, are accounted for (not lost)
+    erased = erasure.erased_counts(spark, version)
+    zero = (0, 0, 0)
+    counts = {
+        k: (sum(totals.get(k, zero)[:2]) + erased.get(k, 0), totals.get(k, zero)[2])
+        for k in totals.keys() | erased.keys()
+    }
     inventory = take_inventory(backups, hours)
     allowed = tags.allowed_missing_hours(context.run.tags, hours)
     recon_failing = reconcile(inventory, counts, allowed)
@@ -137,6 +144,7 @@ def raw_checks(
             "manifest_records": sum(inv.expected_records for inv in inventory.values()),
             "lines_valid": sum(v[0] for v in totals.values()),
             "lines_quarantined": sum(v[1] for v in totals.values()),
+            "lines_erased": sum(erased.values()),
             "unreadable_files": sum(v[2] for v in totals.values()),
             "allowed_missing_hours": sorted(allowed & set(hours)),
         },

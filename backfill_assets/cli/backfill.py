@@ -1,4 +1,5 @@
-"""``backfill-assets backfill|publish``: submit a release as a Dagster backfill and follow it.
+"""``backfill-assets backfill|publish|approve``: submit a release (or its publication) as a
+Dagster backfill and follow it.
 
 Both submit the same asset backfill the UI launches (``launch.submit_backfill``), so the
 release is recorded in the instance, shows on the UI's Backfills page with its runs and
@@ -51,9 +52,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="publish hours with no backup folder at all as empty partitions",
     )
     p.add_argument(
+        "--approve-changes",
         "--allow-shrink",
+        dest="approve_changes",
         action="store_true",
-        help="publish hours whose new version has much fewer rows than the published one",
+        help="approve now the change gates' findings (hours whose rows, keys or sums move "
+        "beyond the limits), recorded with --requested-by and --reason",
     )
     p.add_argument(
         "--max-hours",
@@ -70,9 +74,32 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     q.add_argument("--backfill", dest="release", help="the release (backfill id) to publish")
     _hour_args(q, required=False)
     q.add_argument("--layers", default="", help="layers to publish (default: all it built)")
-    q.add_argument("--allow-shrink", action="store_true", help="as for backfill")
+    q.add_argument(
+        "--approve-changes",
+        "--allow-shrink",
+        dest="approve_changes",
+        action="store_true",
+        help="as for backfill (needs --reason)",
+    )
     _manifest_args(q)
     q.set_defaults(handler=run_publish)
+
+    text = (
+        "approve the change of the hours a release's change gates hold, and publish them "
+        "(recorded with who approved and why)"
+    )
+    a = subparsers.add_parser("approve", help=text, description=text)
+    a.add_argument("--backfill", dest="release", required=True, help="the release (backfill id)")
+    a.add_argument(
+        "--hours",
+        default="",
+        help="comma-separated hours or FIRST..LAST (default: every hour waiting for approval)",
+    )
+    a.add_argument("--reason", required=True, help="why the change is right (recorded)")
+    a.add_argument("--by", dest="requested_by", help="who approves (default: the current user)")
+    a.add_argument("--ticket", help="ticket reference")
+    a.add_argument("--no-wait", action="store_true", help="submit and exit without following")
+    a.set_defaults(handler=run_approve, validate=validate_approve)
 
 
 def _context(args: argparse.Namespace):
@@ -122,6 +149,30 @@ def _follow(settings, instance, label: str, *, backfill_id=None, run_id=None) ->
     return 0 if outcome.success else 1
 
 
+def run_job(
+    args: argparse.Namespace,
+    job: str,
+    op: str,
+    config: dict,
+    run_tags: dict[str, str],
+    label: str,
+    note: str = "",
+) -> int:
+    """Submit one run of a one-op ``job``, follow it, then print what its op logged."""
+    from backfill_assets import launch
+
+    settings, _defs, instance = _context(args)
+    try:
+        run_id = launch.submit_run(settings, job, {"ops": {op: {"config": config}}}, run_tags)
+    except launch.LaunchError as exc:
+        raise CommandError(str(exc)) from None
+    print(f"submitted {label} run {run_id}{note}")
+    status = _follow(settings, instance, label, run_id=run_id)
+    for message in launch.run_messages(instance, run_id, op):
+        print(f"    {message}")
+    return status
+
+
 def validate_backfill(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     """The range's hours and the release's layers, or one line naming the bad argument."""
     from backfill_assets import launch
@@ -145,8 +196,8 @@ def run_backfill(args: argparse.Namespace) -> int:
     extra = {}
     if args.allow_missing_hours:
         extra[tags.ALLOW_MISSING_HOURS] = "true"
-    if args.allow_shrink:
-        extra[tags.ALLOW_SHRINK] = "true"
+    if args.approve_changes:
+        extra[tags.APPROVE_CHANGES] = "true"
     settings, defs, instance = _context(args)
     if "raw" in layers:  # the release reads backups: how long should it take?
         from backfill_assets.reporting.estimate import estimate
@@ -201,7 +252,49 @@ def run_publish(args: argparse.Namespace) -> int:
             config["layers"] = launch.validate_layers(args.layers.split(","))
     except (InvalidHourError, ValueError) as exc:
         raise CommandError(str(exc)) from None
-    config["allow_shrink"] = bool(args.allow_shrink)
+    if args.approve_changes:
+        if not (args.reason or "").strip():
+            raise CommandError("--approve-changes needs --reason: why the change is right")
+        config.update(approve=True, approval_reason=args.reason)
+    return _submit_publish(args, config, f"publish {args.release or f'{args.first}..{args.last}'}")
+
+
+def validate_approve(args: argparse.Namespace) -> dict:
+    """The publish config of an approval, or one line naming the bad argument."""
+    from backfill_assets import tags
+    from backfill_assets.partitions import InvalidHourError, hour_range, parse_hour
+
+    hours: list[str] = []
+    try:
+        tags.validate_release_id(args.release)
+        for part in filter(None, (p.strip() for p in args.hours.split(","))):
+            if ".." in part:
+                hours += hour_range(*part.split("..", 1))
+            else:
+                parse_hour(part)
+                hours.append(part)
+    except (InvalidHourError, ValueError, TypeError) as exc:
+        raise CommandError(f"--hours / --backfill: {exc}") from None
+    if not args.reason.strip():
+        raise CommandError("--reason must say why the change is right")
+    return {
+        "release_id": args.release,
+        "approve": True,
+        "approve_hours": hours,
+        "approval_reason": args.reason.strip(),
+        "approved_by": args.requested_by or "",
+    }
+
+
+def run_approve(args: argparse.Namespace) -> int:
+    config = validate_approve(args)
+    return _submit_publish(args, config, f"approve {args.release}")
+
+
+def _submit_publish(args: argparse.Namespace, config: dict, title: str) -> int:
+    """Submit ``release/publish`` with ``config`` as a backfill and follow it."""
+    from backfill_assets import launch, tags
+
     settings, _defs, instance = _context(args)
     try:
         backfill_id = launch.submit_backfill(
@@ -215,12 +308,12 @@ def run_publish(args: argparse.Namespace) -> int:
                 requested_by=args.requested_by,
                 extra={tags.MODE: "publish"},
             ),
-            title=f"publish {args.release or f'{args.first}..{args.last}'}",
+            title=title,
             run_config={"ops": {"release__publish": {"config": config}}},
         )
     except launch.LaunchError as exc:
         raise CommandError(str(exc)) from None
-    print(f"submitted publish {backfill_id} of {args.release or f'{args.first}..{args.last}'}")
+    print(f"submitted {title}: {backfill_id}")
     if args.no_wait:
         return 0
-    return _follow(settings, instance, "publish", backfill_id=backfill_id)
+    return _follow(settings, instance, title.split()[0], backfill_id=backfill_id)

@@ -17,6 +17,7 @@ SUBCOMMAND_MODULES = (
     "sql",
     "rollback",
     "vacuum",
+    "erase",
     "halfcut",
     "reconcile",
     "report",

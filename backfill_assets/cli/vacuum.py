@@ -41,8 +41,8 @@ def validate(args: argparse.Namespace) -> None:
 
 
 def run_vacuum(args: argparse.Namespace) -> int:
-    from backfill_assets import launch, tags
-    from backfill_assets.cli.backfill import _context, _follow
+    from backfill_assets import tags
+    from backfill_assets.cli.backfill import run_job
     from backfill_assets.publishing.vacuum import VACUUM_JOB, VACUUM_OP
 
     config = {
@@ -50,15 +50,5 @@ def run_vacuum(args: argparse.Namespace) -> int:
         "max_age_days": float(args.max_age_days),
         "rollback_depth": int(args.rollback_depth),
     }
-    settings, _defs, instance = _context(args)
-    try:
-        run_id = launch.submit_run(
-            settings, VACUUM_JOB, {"ops": {VACUUM_OP: {"config": config}}}, {tags.MODE: "vacuum"}
-        )
-    except launch.LaunchError as exc:
-        raise CommandError(str(exc)) from None
-    print(f"submitted vacuum run {run_id}{' (dry run)' if args.dry_run else ''}")
-    status = _follow(settings, instance, "vacuum", run_id=run_id)
-    for message in launch.run_messages(instance, run_id, VACUUM_OP):
-        print(f"    {message}")
-    return status
+    note = " (dry run)" if args.dry_run else ""
+    return run_job(args, VACUUM_JOB, VACUUM_OP, config, {tags.MODE: "vacuum"}, "vacuum", note)

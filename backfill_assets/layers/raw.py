@@ -16,7 +16,9 @@ from backfill_assets.layers.common import (
     with_lineage,
 )
 from backfill_assets.partitions import hourly_partitions
+from backfill_assets.publishing import audit, erasure
 from backfill_assets.publishing.publisher import Layer
+from backfill_assets.publishing.tables import run_id
 from backfill_assets.resources.backup_store import BackupStore
 from backfill_assets.resources.warehouse import Warehouse
 
@@ -30,6 +32,7 @@ QUARANTINE = dg.AssetKey(["raw", "quarantine"])
 # Per-partition lineage of a raw shadow materialization: what that hour read.
 MANIFEST_RECORDS = "manifest_records"
 RECEIVED_OUTSIDE = "received_outside_this_hour"
+ERASED_LINES = "erased_lines"  # lines of erased users left out (counted, not quarantined)
 HOUR_INPUT_FILES = "hour_input_files"
 INPUT_FILES_LIST = "input_files_list"  # this hour's files, at most MAX_LISTED_FILES
 MAX_LISTED_FILES = 500
@@ -102,24 +105,65 @@ def raw_shadow(context: dg.AssetExecutionContext, warehouse: Warehouse, backups:
         context.log.warning(problem)
 
     spark = warehouse.spark
+    erasures = erasure.digests(spark)
+    if erasures:
+        context.log.info(f"honouring {len(erasures)} erasure(s): their users' lines are left out")
     with read_folders(spark, backups, folders) as lines:
         parsed = with_lineage(lines, context, CODE_VERSION)
-        payloads = parsed.where(F.col("kind") == KIND_PAYLOAD)
-        # Valid lines whose received_at is outside their folder's hour (contract: they
-        # belong to the folder's hour): a per-hour measure of clock skew and redelivery.
-        outside = {
-            row["hour"]: row["n"]
-            for row in payloads.where(F.col("received_outside_hour"))
-            .groupBy("hour")
-            .agg(F.count(F.lit(1)).alias("n"))
+        if erasures:  # payloads by user_id, malformed lines by the user_id in their text
+            user = F.coalesce(F.col("user_id"), erasure.user_of("raw_text"))
+            parsed = parsed.withColumn("_erased", erasure.erased(user, erasures, erasure.salt()))
+        else:
+            parsed = parsed.withColumn("_erased", F.lit(False))
+        kept = parsed.where(~F.col("_erased"))
+        payloads = kept.where(F.col("kind") == KIND_PAYLOAD)
+        # One action for both per-(hour, client) counts: valid lines whose received_at is
+        # outside their folder's hour (contract: they belong to the folder's hour; a
+        # measure of clock skew and redelivery), and lines left out as erased.
+        counted = (
+            parsed.groupBy("hour", "client_id")
+            .agg(
+                F.sum(
+                    (
+                        (F.col("kind") == KIND_PAYLOAD)
+                        & F.col("received_outside_hour")
+                        & ~F.col("_erased")
+                    ).cast("int")
+                ).alias("outside"),
+                F.sum(F.col("_erased").cast("int")).alias("erased"),
+            )
             .collect()
-        }
+        )
+        outside: dict[str, int] = {}
+        erased_lines: dict[str, int] = {}
+        for row in counted:
+            outside[row["hour"]] = outside.get(row["hour"], 0) + int(row["outside"] or 0)
+            erased_lines[row["hour"]] = erased_lines.get(row["hour"], 0) + int(row["erased"] or 0)
+        audit.append(
+            spark,
+            warehouse.warehouse_dir,
+            audit.ERASED_LINES,
+            [
+                {
+                    "table_name": LAYER.checked_table,
+                    "hour": row["hour"],
+                    "version": run_id(context.run_id),
+                    "client_id": row["client_id"],
+                    "lines": int(row["erased"]),
+                    "run_id": context.run_id,
+                    "recorded_at": audit.now(),
+                }
+                for row in counted
+                if row["erased"]
+            ],
+        )
         lineage = {
             **run_lineage(context, CODE_VERSION),
             "input_files": len(files),
             "input_bytes": sum(max(f.size, 0) for f in files),
             "input_digest": digest_of([f"{f.rel_path}:{f.sha256}" for f in files]),
             "received_outside_hour": sum(outside.values()),
+            "erased_lines_total": sum(erased_lines.values()),
             "backup_problems": json_metadata(problems[:200]),
         }
         # What each hour read goes on that hour's events only (linear event-log growth).
@@ -127,6 +171,7 @@ def raw_shadow(context: dg.AssetExecutionContext, warehouse: Warehouse, backups:
             read = {
                 MANIFEST_RECORDS: inventory[hour].expected_records,
                 RECEIVED_OUTSIDE: outside.get(hour, 0),
+                ERASED_LINES: erased_lines.get(hour, 0),
                 HOUR_INPUT_FILES: len(hour_files[hour]),
                 INPUT_FILES_LIST: json_metadata(
                     [
@@ -144,7 +189,7 @@ def raw_shadow(context: dg.AssetExecutionContext, warehouse: Warehouse, backups:
         )
         yield dg.MaterializeResult(
             asset_key=SHADOW_QUARANTINE,
-            value=parsed.where(F.col("kind") == KIND_QUARANTINE).select(
+            value=kept.where(F.col("kind") == KIND_QUARANTINE).select(
                 *QUARANTINE_COLUMNS, "run_id", "code_version", "hour"
             ),
             metadata={**lineage, "seconds": round(time.monotonic() - started, 2)},

@@ -19,8 +19,8 @@ from backfill_assets import tags
 from backfill_assets.layers import aggregated, raw, transformed
 from backfill_assets.layers.common import json_metadata, run_lineage
 from backfill_assets.layers.registry import LAYERS
-from backfill_assets.partitions import hour_range, hourly_partitions
-from backfill_assets.publishing import audit, publisher
+from backfill_assets.partitions import InvalidHourError, hour_range, hourly_partitions, parse_hour
+from backfill_assets.publishing import audit, erasure, gates, publisher
 from backfill_assets.publishing.lock import PUBLISH_POOL
 from backfill_assets.resources.spark import usage_metadata
 from backfill_assets.resources.warehouse import Warehouse
@@ -83,9 +83,20 @@ class PublishConfig(dg.Config):
     layers: list[str] = Field(
         default_factory=list, description="layers to publish (default: all the release built)"
     )
-    allow_shrink: bool = Field(
+    approve: bool = Field(
         default=False,
-        description="publish candidates with much fewer rows than what they replace",
+        description="approve the change gates' findings of this release (the hours they hold "
+        "waiting for approval) and publish those hours; needs approval_reason",
+    )
+    approve_hours: list[str] = Field(
+        default_factory=list,
+        description="with approve: only these hours (YYYY-MM-DDTHH; default: every held hour)",
+    )
+    approval_reason: str = Field(
+        default="", description="with approve: why the change is right (recorded)"
+    )
+    approved_by: str = Field(
+        default="", description="with approve: who approves (default: the run's requested_by)"
     )
 
 
@@ -108,6 +119,45 @@ def resolve_release(spark, config: PublishConfig, run_tags: Mapping[str, str], r
             )
         return covering[0]["release_id"]
     return tags.release_id(run_tags, run_id)
+
+
+def approval_of(config: PublishConfig, run_tags: Mapping[str, str]) -> publisher.Approval | None:
+    """The approval this publish gives to change-gate findings: from the config (``approve``);
+    for a whole release requested by an erasure (the request approves the removal); or given
+    at launch with tag ``backfill_assets/approve_changes``."""
+    who = config.approved_by or run_tags.get(tags.REQUESTED_BY) or run_tags.get(tags.USER) or ""
+    if config.approve:
+        if not config.approval_reason.strip():
+            raise dg.Failure(
+                description="approve needs approval_reason: why the change is right",
+                allow_retries=False,
+            )
+        hours = set()
+        for hour in config.approve_hours:
+            try:
+                parse_hour(hour)
+            except InvalidHourError as exc:
+                raise dg.Failure(description=f"approve_hours: {exc}", allow_retries=False) from None
+            hours.add(hour)
+        return publisher.Approval(
+            who or "unknown",
+            config.approval_reason.strip(),
+            frozenset(hours) or None,
+            run_tags.get(tags.TICKET),
+        )
+    if run_tags.get(tags.ERASURE):  # the erasure request is the approval of its removal
+        return publisher.Approval(
+            who or "erasure",
+            f"erasure {run_tags[tags.ERASURE]}: removal of an erased user's data",
+            None,
+            run_tags.get(tags.TICKET),
+        )
+    if tags.approves_changes(run_tags):
+        reason = run_tags.get(tags.REASON) or "approved at launch"
+        return publisher.Approval(
+            who or "unknown", f"approved at launch: {reason}", None, run_tags.get(tags.TICKET)
+        )
+    return None
 
 
 def selected_layers(names: Sequence[str]) -> list[publisher.Layer]:
@@ -164,7 +214,7 @@ def publish_release(
     run_tags = context.run.tags
     release = resolve_release(spark, config, run_tags, context.run_id)
     layers = selected_layers(config.layers)
-    allow_shrink = config.allow_shrink or tags.is_true(run_tags, tags.ALLOW_SHRINK)
+    approval = approval_of(config, run_tags)
     try:
         plan = publisher.publish_release(
             spark,
@@ -173,7 +223,8 @@ def publish_release(
             layers,
             run_id=context.run_id,
             manifest=tags.run_manifest(run_tags),
-            allow_shrink=allow_shrink,
+            limits=gates.Limits.from_env(),
+            approve=approval,
         )
     except publisher.PublishError as exc:
         hint = (
@@ -198,9 +249,18 @@ def publish_release(
             f"release {release} {layer}: {numbers[publisher.PUBLISHED]} hour(s) published, "
             f"{numbers[publisher.UNCHANGED]} unchanged, {numbers[publisher.HELD_BACK]} held back"
         )
+    for a in plan.approvals:
+        context.log.info(
+            f"{a['layer']} {a['hour']}: change approved by {a['approved_by']} "
+            f"({a['reason']}): {a['gate']}"
+        )
+    if config.approve and not plan.approvals:
+        context.log.warning(f"release {release}: no hour of it was waiting for approval")
     held = {f"{o.layer} {o.hour}": o.reasons for o in plan.held}
     for key, reasons in sorted(held.items()):
         context.log.warning(f"{key} held back: {'; '.join(reasons)}")
+    waiting = sorted(f"{o.layer} {o.hour}" for o in plan.held if o.awaiting_approval)
+    purge = purge_erased(context, spark, warehouse.warehouse_dir, release)
     metadata = {
         "release_id": release,
         "txn_id": next(
@@ -209,22 +269,62 @@ def publish_release(
         ),
         "layers": json_metadata(counts),
         "held_back": json_metadata(held),
+        "awaiting_approval": json_metadata(waiting),
+        "approvals": json_metadata(plan.approvals),
+        **purge,
         "seconds": round(time.monotonic() - started, 2),
         **usage_metadata(warehouse.pyspark),
     }
     if held:
         named = sorted(held.items())
+        approve_hint = (
+            f". {len(waiting)} of them wait for approval of their change: "
+            f"backfill-assets approve --backfill {release} --reason '...' (or launch "
+            f"release/publish with approve: true)"
+            if waiting
+            else ""
+        )
         raise dg.Failure(
             description=(
                 f"release {release}: {len(held)} hour(s) held back, their published data "
                 f"unchanged: "
                 + "; ".join(f"{key} ({reasons[0][:300]})" for key, reasons in named[:10])
                 + (f"; ... and {len(named) - 10} more" if len(named) > 10 else "")
+                + approve_hint
             ),
             metadata=metadata,
             allow_retries=False,
         )
     return dg.MaterializeResult(metadata=metadata)
+
+
+def purge_erased(context: dg.AssetExecutionContext, spark, warehouse_dir: str, release: str):
+    """After an erasure's release is published: purge every older version holding an erased
+    user (``erasure.purge``); the metadata to attach (none for other releases)."""
+    requested = erasure.releases_requested(spark, release)
+    if not requested:
+        return {}
+    deletions, still = erasure.purge(
+        spark, warehouse_dir, list(LAYERS.values()), run_id=context.run_id, salt_=erasure.salt()
+    )
+    for d in deletions:
+        context.log.info(
+            f"purged {d.table_name} hour={d.hour} version={d.version} "
+            f"(release {d.release_id or '-'}, {d.row_count:,} rows): {d.reason}"
+        )
+    context.log.info(
+        f"erasure {', '.join(sorted({r['erasure_id'] for r in requested}))}: "
+        f"{len(deletions)} older version(s) purged"
+    )
+    for hour in still:
+        context.log.warning(
+            f"{hour} is still published with an erased user's rows (held back): rebuild it"
+        )
+    return {
+        "erasures": json_metadata(sorted({r["erasure_id"] for r in requested})),
+        "purged_versions": len(deletions),
+        "still_published_with_erased_users": json_metadata(still),
+    }
 
 
 # -------------------------------------------------------------------------------- rollback

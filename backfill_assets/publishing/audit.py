@@ -6,7 +6,10 @@
 | ``audit.check_results``    | check outcome of a shadow partition             |
 | ``audit.release_reads``    | upstream partition a release's shadow read      |
 | ``audit.publications``     | ledger event: prepare / commit / abort of a swap|
-| ``audit.deletions``        | shadow version deleted by retention (vacuum)    |
+| ``audit.deletions``        | shadow version deleted (vacuum, erasure purge)  |
+| ``audit.approvals``        | change-gate finding approved by a person        |
+| ``audit.erasures``         | erasure request (salted digest, never the id)   |
+| ``audit.erased_lines``     | (hour, client) lines a raw build left out       |
 
 Rows are only ever appended. An append is one small Parquet file written straight into the
 table's location through Hadoop's FileSystem (the one Spark uses, so ``file:`` locally and
@@ -42,6 +45,9 @@ CHECK_RESULTS = f"{AUDIT_DB}.check_results"
 RELEASE_READS = f"{AUDIT_DB}.release_reads"
 PUBLICATIONS = f"{AUDIT_DB}.publications"
 DELETIONS = f"{AUDIT_DB}.deletions"
+APPROVALS = f"{AUDIT_DB}.approvals"
+ERASURES = f"{AUDIT_DB}.erasures"
+ERASED_LINES = f"{AUDIT_DB}.erased_lines"
 
 _DDL: dict[str, str] = {
     SHADOW_PARTITIONS: (
@@ -68,6 +74,19 @@ _DDL: dict[str, str] = {
         "table_name string, hour string, version string, location string, row_count bigint, "
         "bytes bigint, release_id string, kind string, reason string, run_id string, "
         "deleted_at timestamp"
+    ),
+    APPROVALS: (
+        "release_id string, layer string, hour string, version string, gate string, "
+        "approved_by string, reason string, ticket string, run_id string, approved_at timestamp"
+    ),
+    ERASURES: (
+        "erasure_id string, event string, client_id bigint, user_digest string, "
+        "requested_at timestamp, reason string, requested_by string, ticket string, "
+        "release_id string, hours string, run_id string, recorded_at timestamp"
+    ),
+    ERASED_LINES: (
+        "table_name string, hour string, version string, client_id bigint, lines bigint, "
+        "run_id string, recorded_at timestamp"
     ),
 }
 

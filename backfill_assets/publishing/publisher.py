@@ -7,11 +7,11 @@ candidates of the same release (and the published version for the other hours of
 window; ``audit.release_reads`` records which). Publishing a release:
 
 1. **plan**: per layer and hour, the newest candidate of the release; it is held back if a
-   check of its layer did not pass for that exact version, if it would replace published
-   rows with much less (unless allowed), or if it read an upstream candidate of the release
-   that is held back (so a session hour never goes live on top of a raw hour that did not).
-   The whole release is refused if an hour it read as *published* has changed since it was
-   built (rebuild instead).
+   check of its layer did not pass for that exact version, if it changes the published
+   hour beyond the change gates' limits and nobody approved it (``gates``), or if it read an
+   upstream candidate of the release that is held back (so a session hour never goes live
+   on top of a raw hour that did not). The whole release is refused if an hour it read as
+   *published* has changed since it was built (rebuild instead).
 2. **one transaction**: ``prepare`` rows for every (table, hour) to swap, all with one
    ``txn_id``; then one swap per table (its hours relocated in one metastore transaction,
    added or dropped in one statement: ``tables.swap_partitions``; no data is copied or
@@ -38,7 +38,7 @@ from pyspark.sql import functions as F
 
 from backfill_assets import faults
 from backfill_assets.partitions import hour_range, shift_hour
-from backfill_assets.publishing import audit
+from backfill_assets.publishing import audit, gates
 from backfill_assets.publishing.lock import release_locks
 from backfill_assets.publishing.tables import (
     ensure_table,
@@ -52,10 +52,6 @@ PREPARE, COMMIT, ABORT = "prepare", "commit", "abort"
 PUBLISH, ROLLBACK = "publish", "rollback"
 PUBLISHED, UNCHANGED, HELD_BACK = "published", "unchanged", "held_back"
 SOURCE_RELEASE, SOURCE_PUBLISHED = "release", "published"
-# A candidate with fewer rows than this share of what it replaces is held back unless the
-# run allows it (tag ``backfill_assets/allow_shrink``): a wrong BACKUP_ROOT, a tree that
-# shrank, a lost hour must never silently empty published data.
-DEFAULT_MIN_KEPT_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -88,6 +84,13 @@ class HourOutcome:
     version: str | None = None
     reasons: list[str] = field(default_factory=list)
     tables: dict[str, dict] = field(default_factory=dict)
+    gates: list[str] = field(default_factory=list)  # change-gate findings (approved or not)
+    approval: dict | None = None  # the approval that let the gate's findings through
+
+    @property
+    def awaiting_approval(self) -> bool:
+        """Held back by change gates alone: an approval publishes it."""
+        return self.status == HELD_BACK and all(r.startswith(gates.PREFIX) for r in self.reasons)
 
 
 @dataclass
@@ -95,6 +98,7 @@ class ReleasePlan:
     release_id: str
     outcomes: list[HourOutcome]
     stale: list[str]  # published upstream hours that changed since the release read them
+    approvals: list[dict] = field(default_factory=list)  # given by this publish, to record
 
     def by_layer(self, layer: str) -> list[HourOutcome]:
         return [o for o in self.outcomes if o.layer == layer]
@@ -106,6 +110,19 @@ class ReleasePlan:
 
 class PublishError(RuntimeError):
     """Publishing or rolling back cannot proceed; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class Approval:
+    """A person's approval of a release's change-gate findings, given with a publish."""
+
+    approved_by: str
+    reason: str
+    hours: frozenset[str] | None = None  # None: every hour the gates hold
+    ticket: str | None = None
+
+    def covers(self, hour: str) -> bool:
+        return self.hours is None or hour in self.hours
 
 
 # ----------------------------------------------------------------------- reading audit
@@ -172,16 +189,54 @@ def _reads(spark: SparkSession, release_id: str) -> list[dict]:
     return [r.asDict() for r in rows.collect()]
 
 
-def _rows_by_location(spark: SparkSession, locations: set[str]) -> dict[str, int]:
+def _written(spark: SparkSession, locations: set[str]) -> dict[str, dict]:
+    """Location -> its ``audit.shadow_partitions`` row (version, row count ...)."""
     if not locations:
         return {}
     rows = (
         audit.read(spark, audit.SHADOW_PARTITIONS)
         .where(F.col("location").isin(sorted(locations)))
-        .select("location", "row_count")
+        .select("location", "version", "row_count")
         .collect()
     )
-    return {r["location"]: int(r["row_count"] or 0) for r in rows}
+    return {r["location"]: r.asDict() for r in rows}
+
+
+def approvals_of(spark: SparkSession, release_id: str) -> dict[tuple[str, str, str], dict]:
+    """(layer, hour, version) -> the recorded approval of the release's gate findings."""
+    if not table_exists(spark, audit.APPROVALS):
+        return {}
+    rows = audit.read(spark, audit.APPROVALS).where(F.col("release_id") == release_id)
+    return {(r["layer"], r["hour"], r["version"]): r.asDict() for r in rows.collect()}
+
+
+def _gate_measures(
+    spark: SparkSession,
+    candidates: Mapping[tuple[str, str], dict],
+    current: Mapping[str, Mapping[str, str]],
+    published_of: Mapping[str, str],
+    written: Mapping[str, dict],
+) -> dict[str, dict[gates.Key, dict[str, float]]]:
+    """Per shadow table, the gates' measures of each candidate that replaces a published
+    version and of the version it replaces: one Spark job per table, none when nothing
+    published is replaced."""
+    keys: dict[str, set[gates.Key]] = {}
+    for (shadow, hour), row in candidates.items():
+        was = current.get(published_of.get(shadow, ""), {}).get(hour)
+        if was and was != row["location"] and was in written:
+            keys.setdefault(shadow, set()).update(
+                {(hour, row["version"]), (hour, written[was]["version"])}
+            )
+    return {table: gates.measure(spark, table, wanted) for table, wanted in keys.items()}
+
+
+def deleted_by(deletion: Mapping) -> str:
+    """How an ``audit.deletions`` row says what deleted a version, and why."""
+    what = "purged by erasure run" if deletion["kind"] == "erasure" else "deleted by vacuum run"
+    return (
+        f"{what} {deletion['run_id']} at {deletion['deleted_at']:%Y-%m-%d %H:%M} "
+        f"({deletion['reason']})"
+    )
 
 
 # ------------------------------------------------------------------------------ planning
@@ -192,22 +247,28 @@ def plan_release(
     release_id: str,
     layers: Sequence[Layer],
     *,
-    allow_shrink: bool = False,
-    min_kept_share: float = DEFAULT_MIN_KEPT_SHARE,
+    limits: gates.Limits | None = None,
+    approve: Approval | None = None,
 ) -> ReleasePlan:
     """Decide, per layer and hour of the release, what publishing it would do (read only).
 
     ``layers`` in dependency order. A few Spark actions for the whole release, whatever its
-    size: candidates, check results, reads, published locations (one listing per table).
+    size: candidates, check results, reads, approvals, published locations (one listing per
+    table), and one measuring job per table whose published hours it would replace.
+    ``approve``: approve the change-gate findings of these hours now (the approvals to
+    record come back in ``ReleasePlan.approvals``); approvals recorded earlier count too.
     """
+    limits = limits or gates.Limits()
     shadows = [s for layer in layers for s, _ in layer.pairs]
     candidates = release_candidates(spark, release_id, shadows)
     versions = {row["version"] for row in candidates.values()}
     checks = _check_outcomes(spark, [layer.checked_table for layer in layers], versions)
     current = {t: partition_locations(spark, t) for layer in layers for t in layer.tables}
-    previous_rows = _rows_by_location(
-        spark, {loc for locs in current.values() for loc in locs.values() if loc}
-    )
+    written = _written(spark, {loc for locs in current.values() for loc in locs.values() if loc})
+    published_of = {shadow: published for layer in layers for shadow, published in layer.pairs}
+    measured = _gate_measures(spark, candidates, current, published_of, written)
+    approved = approvals_of(spark, release_id)
+    new_approvals: list[dict] = []
     reads = _reads(spark, release_id)
     purged = audit.deleted(spark, {row["location"] for row in candidates.values()})
 
@@ -266,34 +327,54 @@ def plan_release(
                 if row["location"] in purged:
                     gone = purged[row["location"]]
                     outcome.reasons.append(
-                        f"{shadow} {hour}: version {version} was deleted by vacuum run "
-                        f"{gone['run_id']} ({gone['reason']}); rebuild the hour"
+                        f"{shadow} {hour}: version {version} was {deleted_by(gone)}; "
+                        f"rebuild the hour"
                     )
                     continue
                 was = current[published].get(hour)
-                new_rows, old_rows = int(row["row_count"] or 0), previous_rows.get(was or "", 0)
-                if not allow_shrink and old_rows and new_rows < old_rows * min_kept_share:
-                    outcome.reasons.append(
-                        f"{published} {hour}: rows {old_rows:,} -> {new_rows:,} "
-                        f"({(new_rows - old_rows) / old_rows:+.0%}) would replace published "
-                        f"data with much less; if that is right, allow it for this run "
-                        f"(--allow-shrink / tag backfill_assets/allow_shrink=true)"
+                before = written.get(was or "", {})
+                if was and was != row["location"] and shadow in measured:
+                    numbers = measured[shadow]
+                    outcome.gates += gates.findings(
+                        limits,
+                        layer.name,
+                        hour,
+                        numbers.get((hour, before.get("version")), {}),
+                        numbers.get((hour, version), {}),
                     )
                 outcome.tables[published] = {
                     "previous_location": was,
                     "new_location": row["location"],
                     "row_count": row["row_count"],
-                    "previous_row_count": old_rows if was else None,
+                    "previous_row_count": int(before.get("row_count") or 0) if was else None,
                     "checksum": row["checksum"],
                     "code_version": row["code_version"],
                 }
+            if outcome.gates:
+                key = (layer.name, hour, version)
+                if key in approved:
+                    outcome.approval = approved[key]
+                elif approve is not None and approve.covers(hour) and not outcome.reasons:
+                    outcome.approval = {
+                        "release_id": release_id,
+                        "layer": layer.name,
+                        "hour": hour,
+                        "version": version,
+                        "gate": "; ".join(outcome.gates),
+                        "approved_by": approve.approved_by,
+                        "reason": approve.reason,
+                        "ticket": approve.ticket,
+                    }
+                    new_approvals.append(outcome.approval)
+                else:
+                    outcome.reasons += [gates.PREFIX + finding for finding in outcome.gates]
             if outcome.reasons:
                 outcome.status = HELD_BACK
             elif all(t["previous_location"] == t["new_location"] for t in outcome.tables.values()):
                 outcome.status = UNCHANGED
             outcomes.append(outcome)
             status_of[(layer.name, hour)] = outcome
-    return ReleasePlan(release_id, outcomes, stale)
+    return ReleasePlan(release_id, outcomes, stale, new_approvals)
 
 
 # --------------------------------------------------------------------------- transactions
@@ -372,16 +453,18 @@ def publish_release(
     *,
     run_id: str,
     manifest: Mapping[str, str | None],
-    allow_shrink: bool = False,
+    limits: gates.Limits | None = None,
+    approve: Approval | None = None,
 ) -> ReleasePlan:
-    """Publish every passing (layer, hour) of the release in one transaction.
+    """Publish every passing (layer, hour) of the release in one transaction, recording
+    the approvals ``approve`` gives to hours the change gates hold.
 
     Raises ``PublishError`` (nothing published) when the release read published hours that
     changed since it was built, or when it wrote nothing for ``layers``.
     """
     with release_locks(warehouse_dir, [layer.name for layer in layers], run_id):
         return _publish_release(
-            spark, warehouse_dir, release_id, layers, run_id, manifest, allow_shrink
+            spark, warehouse_dir, release_id, layers, run_id, manifest, limits, approve
         )
 
 
@@ -392,14 +475,15 @@ def _publish_release(
     layers: Sequence[Layer],
     run_id: str,
     manifest: Mapping[str, str | None],
-    allow_shrink: bool,
+    limits: gates.Limits | None,
+    approve: Approval | None,
 ) -> ReleasePlan:
     recover(spark, warehouse_dir)
     for layer in layers:
         for shadow, published in layer.pairs:
             if table_exists(spark, shadow):
                 _ensure_published_table(spark, warehouse_dir, shadow, published)
-    plan = plan_release(spark, release_id, layers, allow_shrink=allow_shrink)
+    plan = plan_release(spark, release_id, layers, limits=limits, approve=approve)
     if not plan.outcomes:
         raise PublishError(
             f"release {release_id} wrote no shadow partition of "
@@ -430,6 +514,14 @@ def _publish_release(
         if o.status == PUBLISHED
         for table, info in o.tables.items()
     ]
+    if plan.approvals:  # the approval is on record before anything it allows goes live
+        approved_at = audit.now()
+        audit.append(
+            spark,
+            warehouse_dir,
+            audit.APPROVALS,
+            [{**a, "run_id": run_id, "approved_at": approved_at} for a in plan.approvals],
+        )
     txn = apply_transaction(spark, warehouse_dir, events)
     for o in plan.outcomes:
         for info in o.tables.values():
@@ -651,8 +743,7 @@ def _rollback_release(
         raise PublishError(
             f"cannot roll back release {release_id}: the version it would restore in {table} "
             f"hour={hour_} (release {gone['release_id'] or '?'}, {stack[-2].location}) was "
-            f"deleted by vacuum run {gone['run_id']} at {gone['deleted_at']:%Y-%m-%d %H:%M} "
-            f"({gone['reason']}); publish a new release of those hours instead"
+            f"{deleted_by(gone)}; publish a new release of those hours instead"
         )
     manifest = {**manifest, "reason": manifest.get("reason") or f"rollback of {release_id}"}
     events = [

@@ -47,7 +47,7 @@ class Deletion:
     location: str
     row_count: int
     release_id: str | None
-    kind: str  # superseded | unpublished
+    kind: str  # superseded | unpublished (vacuum) | erasure (``erasure.purge``)
     reason: str
     bytes: int = 0
 
@@ -126,7 +126,7 @@ def plan(
                 reason,
             )
         )
-    return _with_sizes(spark, deletions)
+    return sized(spark, deletions)
 
 
 def vacuum(
@@ -182,17 +182,17 @@ def delete(
     )
 
 
-def _with_sizes(spark: SparkSession, deletions: list[Deletion]) -> list[Deletion]:
+def sized(spark: SparkSession, deletions: list[Deletion]) -> list[Deletion]:
     """The bytes each version's folder holds (0 if already gone)."""
     jvm = spark._jvm
     conf = spark._jsc.hadoopConfiguration()
-    sized = []
+    result = []
     for d in deletions:
         path = jvm.org.apache.hadoop.fs.Path(d.location)
         filesystem = path.getFileSystem(conf)
         size = filesystem.getContentSummary(path).getLength() if filesystem.exists(path) else 0
-        sized.append(Deletion(**{**asdict(d), "bytes": int(size)}))
-    return sized
+        result.append(Deletion(**{**asdict(d), "bytes": int(size)}))
+    return result
 
 
 def _days(age: timedelta) -> str:

@@ -8,6 +8,7 @@ from dagster_aws.s3 import S3Resource
 
 from backfill_assets.resources.backup_store import LocalBackupStore, S3BackupStore
 from backfill_assets.resources.io_managers import ShadowTableIOManager
+from backfill_assets.resources.releases import ReleaseRequests
 from backfill_assets.resources.spark import spark_resource
 from backfill_assets.resources.warehouse import Warehouse
 from backfill_assets.settings import Settings, is_uri
@@ -16,6 +17,7 @@ PYSPARK = "pyspark"
 SHADOW_IO_MANAGER = "shadow_io_manager"
 BACKUPS = "backups"
 WAREHOUSE = "warehouse"
+RELEASES = "releases"
 
 
 def build_resources(settings: Settings) -> dict[str, Any]:
@@ -41,4 +43,11 @@ def build_resources(settings: Settings) -> dict[str, Any]:
         ),
         BACKUPS: backups,
         WAREHOUSE: Warehouse(pyspark=pyspark, warehouse_dir=settings.warehouse_dir),
+        RELEASES: ReleaseRequests(
+            backup_root=settings.backup_root,
+            data_root=settings.data_root,
+            dagster_home=settings.dagster_home,
+            spark_conf_dir=settings.spark_conf_dir,
+            environment=settings.environment,
+        ),
     }

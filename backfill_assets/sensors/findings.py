@@ -8,7 +8,8 @@ Requested by a backfill (a backfill fixes them):
 
 - ``unpublished``: closed manifests, nothing published (unless within ``grace_hours`` of the
   newest backup hour: the live pipeline's turn);
-- ``count_mismatch``: published rows + quarantined lines != the closed manifests' records;
+- ``count_mismatch``: published rows + quarantined lines (+ lines left out as erased) != the
+  closed manifests' records;
 - ``manifest_appeared``: a client's manifest closed after the hour was published (the
   published version read none of its files);
 - ``manifest_changed``: a client's files differ from those the published version read;
@@ -146,6 +147,7 @@ class Published:
     # None when unknown (then only counts are compared).
     read: Mapping[int, Mapping[str, str]] | None = None
     manifest: Mapping[str, str] = field(default_factory=dict)  # reason, mode, ... of the run
+    erased: int = 0  # backup lines the version left out as an erased user's (accounted for)
 
     @property
     def lines(self) -> int:
@@ -355,8 +357,9 @@ def _backup_findings(
                 )
             )
             continue
-        if pub.lines != expected:
+        if pub.lines + pub.erased != expected:
             counts = " + ".join(f"{n} in {table}" for table, n in sorted(pub.rows.items()))
+            counts += f" + {pub.erased} erased" if pub.erased else ""
             findings.append(
                 Finding(
                     name,

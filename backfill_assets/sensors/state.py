@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 
 from backfill_assets.backups.inventory import date_of_folder, hour_of_folder, take_inventory
-from backfill_assets.layers.raw import HOUR_INPUT_FILES, INPUT_FILES_LIST
+from backfill_assets.layers.raw import ERASED_LINES, HOUR_INPUT_FILES, INPUT_FILES_LIST
 from backfill_assets.partitions import InvalidHourError, backup_hour_path, hour_range, parse_hour
 from backfill_assets.partitions import shift_hour as _shift
 from backfill_assets.publishing.publisher import Layer
@@ -206,10 +206,10 @@ def _read_files(
     shadow: dg.AssetKey,
     version: str,
     hour: str,
-) -> tuple[dict[str, dict[int, dict[str, str]]] | None, str | None]:
+) -> tuple[dict[str, dict[int, dict[str, str]]] | None, str | None, int]:
     """The files shadow version ``version`` read for ``hour``, by hour and client (None if
-    unknown), and the code version it was written with, from that hour's shadow
-    materialization (each hour's event lists that hour's files)."""
+    unknown), the code version it was written with, and the lines it left out as erased,
+    from that hour's shadow materialization (each hour's event lists that hour's files)."""
     cursor = None
     while True:
         page = instance.fetch_materializations(
@@ -222,19 +222,20 @@ def _read_files(
                 continue
             metadata = record.asset_materialization.metadata
             code = text_or_none(metadata_value(metadata, "code_version"))
+            erased = int(metadata_value(metadata, ERASED_LINES) or 0)
             listed = metadata_value(metadata, INPUT_FILES_LIST)
             total = metadata_value(metadata, HOUR_INPUT_FILES)
             if not isinstance(listed, list) or total is None or len(listed) != int(total):
-                return None, code  # not recorded, or cut short: compare counts only
+                return None, code, erased  # not recorded, or cut short: compare counts only
             read: dict[str, dict[int, dict[str, str]]] = {}
             for entry in listed:
                 match = _READ_FILE.match(str(entry.get("file", "")))
                 if match:
                     files = read.setdefault(match.group(1), {}).setdefault(int(match.group(2)), {})
                     files[match.group(3)] = str(entry.get("sha256"))
-            return read, code
+            return read, code, erased
         if not page.has_more:
-            return None, None
+            return None, None, 0
         cursor = page.cursor
 
 
@@ -249,7 +250,7 @@ def published_from_instance(
         tables = [published for _, published in layer.pairs]
         latest = {table: latest_by_partition(instance, asset_key(table), hours) for table in tables}
         main = latest[tables[0]]
-        read_by_hour: dict[str, tuple[dict | None, str | None]] = {}
+        read_by_hour: dict[str, tuple[dict | None, str | None, int]] = {}
         if index == 0:  # the backup-reading layer: which files did each hour's version read?
             shadow = asset_key(layer.checked_table)
             for hour, state in sorted(main.items()):
@@ -257,7 +258,7 @@ def published_from_instance(
                     read_by_hour[hour] = _read_files(instance, shadow, state["version"], hour)
         partitions = {}
         for hour, state in main.items():
-            read, code = read_by_hour.get(hour, (None, None))
+            read, code, erased = read_by_hour.get(hour, (None, None, 0))
             per_hour = read.get(backup_hour_path(hour), {}) if read is not None else None
             partitions[hour] = Published(
                 layer=layer.name,
@@ -269,6 +270,7 @@ def published_from_instance(
                 run_id=state["run_id"],
                 read=per_hour,
                 manifest=state["manifest"],
+                erased=erased,
             )
         result[layer.name] = partitions
     return result
@@ -290,6 +292,7 @@ def published_from_ledger(
 
     from backfill_assets.publishing import audit
     from backfill_assets.publishing.publisher import COMMIT
+    from backfill_assets.publishing.tables import table_exists
 
     table_layer = {table: layer.name for layer in layers for _, table in layer.pairs}
     ledger = audit.read(spark, audit.PUBLICATIONS).where(
@@ -322,18 +325,30 @@ def published_from_ledger(
         entry["rows"][row["table_name"]] = int(count or 0)
         if row["table_name"] == main_table[layer]:
             entry["row"] = row
+    erased: dict[tuple[str, str], int] = {}  # (hour, version) -> lines left out as erased
+    if table_exists(spark, audit.ERASED_LINES):
+        for r in (
+            audit.read(spark, audit.ERASED_LINES)
+            .where(F.col("hour").isin(list(hours)))
+            .groupBy("hour", "version")
+            .agg(F.sum("lines").alias("lines"))
+            .collect()
+        ):
+            erased[(r["hour"], r["version"])] = int(r["lines"] or 0)
     result: dict[str, dict[str, Published]] = {layer.name: {} for layer in layers}
     for (layer, hour), entry in by_hour.items():
         row = entry["row"]
+        version = row["version"] or row["shadow_version"]
         result[layer][hour] = Published(
             layer=layer,
             hour=hour,
             rows=entry["rows"],
-            version=row["version"] or row["shadow_version"],
+            version=version,
             code_version=row["code_version"] or row["shadow_code"],
             published_at=row["recorded_at"].timestamp() if row["recorded_at"] else None,
             run_id=row["run_id"],
             manifest={k: row[k] or "" for k in ("reason", "requested_by", "ticket", "backfill_id")},
+            erased=erased.get((hour, version), 0) if layer == layers[0].name else 0,
         )
     return result
 

@@ -46,3 +46,47 @@ def test_vacuum_refuses_negative_limits(flag, capsys, monkeypatch, tmp_path):
     assert main(["vacuum", flag, "-1"]) == 2
     assert "must not be negative" in capsys.readouterr().err
     assert not (tmp_path / "never-created").exists()
+
+
+BACKWARDS = "2026-11-20T05..2026-11-20T01"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["approve", "--backfill", "x;drop", "--reason", "ok"], "invalid release id"),
+        (["approve", "--backfill", "b1", "--reason", " "], "--reason must say why"),
+        (["approve", "--backfill", "b1", "--reason", "ok", "--hours", "2026-11-20T99"], "invalid"),
+        (["approve", "--backfill", "b1", "--reason", "ok", "--hours", BACKWARDS], "is before"),
+        (["erase", "--client", "-1", "--user", "u", "--reason", "r"], "must not be negative"),
+        (["erase", "--client", "1", "--user", " ", "--reason", "r"], "--user must not be empty"),
+    ],
+)  # fmt: skip
+def test_approve_and_erase_refuse_bad_arguments(argv, message, capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "never-created"))
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err
+    assert not (tmp_path / "never-created").exists()
+
+
+def test_approve_builds_the_publish_config_of_an_approval():
+    import argparse
+
+    from backfill_assets.cli.backfill import validate_approve
+
+    config = validate_approve(
+        argparse.Namespace(
+            release="b1",
+            hours="2026-11-20T01, 2026-11-20T03..2026-11-20T04",
+            reason=" fixed export ",
+            requested_by="alice",
+        )
+    )
+    assert config == {
+        "release_id": "b1",
+        "approve": True,
+        "approve_hours": ["2026-11-20T01", "2026-11-20T03", "2026-11-20T04"],
+        "approval_reason": "fixed export",
+        "approved_by": "alice",
+    }

@@ -184,7 +184,10 @@ def test_a_release_that_would_empty_published_hours_is_held_unless_allowed(
         extra_tags={tags.ALLOW_MISSING_HOURS: "true"},
     )
     assert not refused.success
-    assert any("would replace published data with much less" in f for f in refused.failures)
+    assert any(
+        "change gate: raw 2026-11-20T00: rows " in f and "-100%, over the 20% limit" in f
+        for f in refused.failures
+    ), refused.failures
     assert partition_locations(spark, "raw.payloads") == before  # nothing lost
     # the never-published versions are listed by verify as orphans
     orphans = {o["release_id"] for o in publisher.orphan_versions(spark)}
@@ -195,7 +198,7 @@ def test_a_release_that_would_empty_published_hours_is_held_unless_allowed(
         "2026-11-20T03",
         layers=("raw",),
         downstream=False,
-        extra_tags={tags.ALLOW_MISSING_HOURS: "true", tags.ALLOW_SHRINK: "true"},
+        extra_tags={tags.ALLOW_MISSING_HOURS: "true", tags.APPROVE_CHANGES: "true"},
     )
     assert allowed.success, allowed.failures
     assert spark.table("raw.payloads").count() == 0

@@ -1,0 +1,133 @@
+"""Change gates: a large change of a published hour waits for approval; a small one does not."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import zstandard
+from pyspark.sql import functions as F
+
+from backfill_assets.partitions import backup_hour_path
+from backfill_assets.publishing import audit, gates
+from backfill_assets.publishing.assets import PublishConfig, approval_of
+from backfill_assets.publishing.tables import partition_locations
+from backfill_assets_tests.conftest import write_backup_folder, zst
+
+SMALL, LARGE = "2026-11-20T00", "2026-11-20T01"
+
+
+def thin(root: Path, hour: str, client_id: int, keep: float) -> None:
+    """Rewrite one (hour, client) folder keeping the first ``keep`` share of each file's
+    lines, with a manifest that matches (a smaller but well-formed backup)."""
+    folder = root / "raw" / backup_hour_path(hour) / f"client_id={client_id}"
+    files = {}
+    for part in sorted(folder.glob("*.jsonl.zst")):
+        lines = zstandard.ZstdDecompressor().decompressobj().decompress(part.read_bytes())
+        kept = lines.splitlines()[: int(len(lines.splitlines()) * keep)]
+        files[part.name] = zst(kept)
+    shutil.rmtree(folder)
+    write_backup_folder(root, hour, client_id, files)
+
+
+def test_limits_name_the_change_and_let_small_ones_through():
+    limits = gates.Limits()
+    assert limits.breach("rows", 8210, 4012) == "rows 8,210 -> 4,012, -51%, over the 20% limit"
+    assert limits.breach("rows", 1000, 850) is None  # -15%
+    assert limits.breach("users", 10, 250) is None  # growth is not gated by default
+    growth = gates.Limits.from_env({gates.ENV_MAX_INCREASE: "1"})
+    assert growth.breach("users", 10, 25) == "users 10 -> 25, +150%, over the 100% limit"
+    assert gates.Limits.from_env({gates.ENV_MAX_INCREASE: "off"}).max_increase is None
+    assert limits.breach("rows", 0, 500) is None  # nothing published to compare with
+    assert gates.Limits.from_env({gates.ENV_MAX_DECREASE: "0.05"}).breach("rows", 100, 90)
+    with pytest.raises(ValueError, match=gates.ENV_MAX_DECREASE):
+        gates.Limits.from_env({gates.ENV_MAX_DECREASE: "lots"})
+    with pytest.raises(ValueError, match=gates.ENV_MAX_DECREASE):
+        gates.Limits.from_env({gates.ENV_MAX_DECREASE: "1.5"})
+
+
+def test_an_approval_needs_a_reason_and_valid_hours():
+    with pytest.raises(dg.Failure, match="approval_reason"):
+        approval_of(PublishConfig(release_id="r1", approve=True), {})
+    with pytest.raises(dg.Failure, match="approve_hours"):
+        approval_of(
+            PublishConfig(release_id="r1", approve=True, approval_reason="x", approve_hours=["x"]),
+            {},
+        )
+    given = approval_of(
+        PublishConfig(release_id="r1", approve=True, approval_reason=" fix "),
+        {"backfill_assets/requested_by": "bob"},
+    )
+    assert (given.approved_by, given.reason, given.hours) == ("bob", "fix", None)
+    at_launch = approval_of(PublishConfig(), {"backfill_assets/approve_changes": "true"})
+    assert at_launch is not None and at_launch.reason.startswith("approved at launch")
+    assert approval_of(PublishConfig(), {}) is None
+
+
+def test_a_gate_holds_a_large_change_until_approved_and_lets_a_small_one_through(
+    spark, make_backups, run_release, instance: dg.DagsterInstance, tmp_path: Path
+):
+    backups = make_backups(hours=2)
+    live = run_release(backups, SMALL, LARGE, layers=("raw",), downstream=False)
+    assert live.success, live.failures
+    before = partition_locations(spark, "raw.payloads")
+    rows_before = {
+        r["hour"]: r["count"] for r in spark.table("raw.payloads").groupBy("hour").count().collect()
+    }
+
+    changed = tmp_path / "changed"
+    shutil.copytree(backups, changed)
+    thin(changed, SMALL, 1, keep=0.9)  # a few percent of the hour
+    thin(changed, LARGE, 1, keep=0.3)  # a third of the hour gone
+    release = run_release(changed, SMALL, LARGE, layers=("raw",), downstream=False)
+
+    # The small change is published; the large one is held, naming the change and the way out.
+    assert not release.success
+    failure = next(f for f in release.failures if "held back" in f)
+    rows_after = spark.table("shadow.raw_payloads").where(
+        (F.col("hour") == LARGE) & F.col("run_id").isin([r.run_id for r in release.runs])
+    )
+    expected = f"change gate: raw {LARGE}: rows {rows_before[LARGE]:,} -> {rows_after.count():,}, "
+    assert expected in failure and "over the 20% limit" in failure, failure
+    assert f"backfill-assets approve --backfill {release.release_id}" in failure
+    assert f"raw {SMALL}" not in failure
+    now = partition_locations(spark, "raw.payloads")
+    assert now[LARGE] == before[LARGE]  # unchanged while it waits
+    assert now[SMALL] != before[SMALL]
+    failed = instance.all_logs(
+        release.run_of("release/publish").run_id, of_type=dg.DagsterEventType.STEP_FAILURE
+    )
+    metadata = failed[0].dagster_event.step_failure_data.user_failure_data.metadata
+    assert metadata["awaiting_approval"].value == [f"raw {LARGE}"]
+
+    # Approved: published by the same release, the approval on record with who and why.
+    approved = run_release(
+        changed,
+        SMALL,
+        LARGE,
+        publish_only=release.release_id,
+        publish_config={
+            "approve": True,
+            "approval_reason": "client 1 re-sent a corrected, smaller export",
+            "approved_by": "alice",
+        },
+    )
+    assert approved.success, approved.failures
+    after = partition_locations(spark, "raw.payloads")
+    assert after[SMALL] == now[SMALL] and after[LARGE] != before[LARGE]
+    records = [r.asDict() for r in audit.read(spark, audit.APPROVALS).collect()]
+    assert len(records) == 1
+    record = records[0]
+    assert (record["release_id"], record["layer"], record["hour"]) == (
+        release.release_id,
+        "raw",
+        LARGE,
+    )
+    assert record["approved_by"] == "alice"
+    assert record["reason"] == "client 1 re-sent a corrected, smaller export"
+    assert record["gate"].startswith(f"raw {LARGE}: rows ")
+    published = instance.get_latest_materialization_event(dg.AssetKey(["release", "publish"]))
+    assert published.run_id == approved.runs[0].run_id
+    assert published.asset_materialization.metadata["approvals"].value[0]["approved_by"] == "alice"
