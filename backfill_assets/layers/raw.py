@@ -110,11 +110,7 @@ def raw_shadow(context: dg.AssetExecutionContext, warehouse: Warehouse, backups:
         context.log.info(f"honouring {len(erasures)} erasure(s): their users' lines are left out")
     with read_folders(spark, backups, folders) as lines:
         parsed = with_lineage(lines, context, CODE_VERSION)
-        if erasures:  # payloads by user_id, malformed lines by the user_id in their text
-            user = F.coalesce(F.col("user_id"), erasure.user_of("raw_text"))
-            parsed = parsed.withColumn("_erased", erasure.erased(user, erasures, erasure.salt()))
-        else:
-            parsed = parsed.withColumn("_erased", F.lit(False))
+        parsed = parsed.withColumn("_erased", erasure.line_erased(erasures, erasure.salt()))
         kept = parsed.where(~F.col("_erased"))
         payloads = kept.where(F.col("kind") == KIND_PAYLOAD)
         # One action for both per-(hour, client) counts: valid lines whose received_at is

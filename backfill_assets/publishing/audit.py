@@ -46,6 +46,7 @@ RELEASE_READS = f"{AUDIT_DB}.release_reads"
 PUBLICATIONS = f"{AUDIT_DB}.publications"
 DELETIONS = f"{AUDIT_DB}.deletions"
 APPROVALS = f"{AUDIT_DB}.approvals"
+ERASURE_KIND = "erasure"  # the kind of a deletion by an erasure purge (else: vacuum's)
 ERASURES = f"{AUDIT_DB}.erasures"
 ERASED_LINES = f"{AUDIT_DB}.erased_lines"
 

@@ -40,7 +40,7 @@ from backfill_assets.publishing.tables import partition_locations, table_exists
 
 ENV_SALT = "BACKFILL_ERASURE_SALT"
 DEFAULT_SALT = "backfill-assets-erasure"
-KIND = "erasure"
+KIND = audit.ERASURE_KIND
 RECORDED, RELEASE_REQUESTED = "recorded", "release_requested"
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")
 # The user id a malformed line carries in its text (up to the end of the line if cut off).
@@ -96,6 +96,14 @@ def erased(user: Column, digests: Sequence[str], salt_: str) -> Column:
     return F.coalesce(matched & (F.coalesce(user, F.lit("")) != ""), F.lit(False))
 
 
+def line_erased(wanted: Sequence[str], salt_: str) -> Column:
+    """For judged backup lines: True for a line of an erased user (a payload by its
+    ``user_id``, a malformed line by the one in its text); a constant without erasures."""
+    if not wanted:
+        return F.lit(False)
+    return erased(F.coalesce(F.col("user_id"), user_of("raw_text")), wanted, salt_)
+
+
 def digests(spark: SparkSession) -> list[str]:
     """Every recorded erasure's digest (no Spark job when nothing was ever erased)."""
     if not table_exists(spark, audit.ERASURES):
@@ -112,26 +120,36 @@ def erased_counts(spark: SparkSession, version: str) -> dict[tuple[str, int], in
     return {(r["hour"], int(r["client_id"])): int(r["lines"]) for r in rows}
 
 
+def _rows_of_erased(
+    spark: SparkSession,
+    tables: Mapping[str, str],
+    wanted: Sequence[str],
+    salt_: str,
+    columns: Sequence[str],
+    client_id: int | None = None,
+) -> dict[str, list]:
+    """Table -> the distinct ``columns`` of its rows that belong to an erased user (one job
+    per existing table of ``tables``: table -> the column naming the user)."""
+    found = {}
+    for table, column in tables.items():
+        if not table_exists(spark, table):
+            continue
+        spark.catalog.refreshTable(table)
+        rows = spark.table(table)
+        if client_id is not None:  # pruning only: the digest covers the client too
+            rows = rows.where(F.col("client_id") == int(client_id))
+        found[table] = (
+            rows.where(erased(user_of(column), wanted, salt_)).select(*columns).distinct().collect()
+        )
+    return found
+
+
 def hours_holding(
     spark: SparkSession, client_id: int, digest: str, salt_: str
 ) -> dict[str, list[str]]:
     """Published table -> the hours whose published rows hold the user (one job each)."""
-    found = {}
-    for table, column in PUBLISHED_USER_TABLES.items():
-        if not table_exists(spark, table):
-            continue
-        spark.catalog.refreshTable(table)
-        rows = (
-            spark.table(table)
-            .where(F.col("client_id") == int(client_id))
-            .where(erased(user_of(column), [digest], salt_))
-            .select("hour")
-            .distinct()
-            .collect()
-        )
-        if rows:
-            found[table] = sorted(r["hour"] for r in rows)
-    return found
+    found = _rows_of_erased(spark, PUBLISHED_USER_TABLES, [digest], salt_, ["hour"], client_id)
+    return {table: sorted(r["hour"] for r in rows) for table, rows in found.items() if rows}
 
 
 def releases_requested(spark: SparkSession, release_id: str) -> list[dict]:
@@ -169,19 +187,8 @@ def purge(
             if table_exists(spark, table)
             for hour, loc in partition_locations(spark, table).items()
         }
-        holding: set[tuple[str, str, str]] = set()
-        for table, column in SHADOW_USER_TABLES.items():
-            if not table_exists(spark, table):
-                continue
-            spark.catalog.refreshTable(table)
-            rows = (
-                spark.table(table)
-                .where(erased(user_of(column), wanted, salt_))
-                .select("hour", "version")
-                .distinct()
-                .collect()
-            )
-            holding |= {(table, r["hour"], r["version"]) for r in rows}
+        found = _rows_of_erased(spark, SHADOW_USER_TABLES, wanted, salt_, ["hour", "version"])
+        holding = {(t, r["hour"], r["version"]) for t, rows in found.items() for r in rows}
         if not holding:
             return [], []
         written = (
@@ -191,15 +198,16 @@ def purge(
             .collect()
         )
         gone = audit.deleted(spark)
-        deletions, still_live = [], []
+        deletions, still_live, seen = [], set(), set(gone)
         for r in written:
             if (r["table_name"], r["hour"], r["version"]) not in holding:
                 continue
             if r["location"] in live:
-                still_live.append(" ".join(live[r["location"]]))
+                still_live.add(" ".join(live[r["location"]]))
                 continue
-            if r["location"] in gone or any(d.location == r["location"] for d in deletions):
+            if r["location"] in seen:
                 continue
+            seen.add(r["location"])
             deletions.append(
                 retention.Deletion(
                     r["table_name"],
@@ -214,4 +222,4 @@ def purge(
             )
         deletions = retention.sized(spark, deletions)
         retention.delete(spark, warehouse_dir, deletions, run_id=run_id)
-    return deletions, sorted(set(still_live))
+    return deletions, sorted(still_live)

@@ -232,7 +232,8 @@ def _gate_measures(
 
 def deleted_by(deletion: Mapping) -> str:
     """How an ``audit.deletions`` row says what deleted a version, and why."""
-    what = "purged by erasure run" if deletion["kind"] == "erasure" else "deleted by vacuum run"
+    erased = deletion["kind"] == audit.ERASURE_KIND
+    what = "purged by erasure run" if erased else "deleted by vacuum run"
     return (
         f"{what} {deletion['run_id']} at {deletion['deleted_at']:%Y-%m-%d %H:%M} "
         f"({deletion['reason']})"

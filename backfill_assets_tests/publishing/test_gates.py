@@ -25,8 +25,9 @@ def thin(root: Path, hour: str, client_id: int, keep: float) -> None:
     folder = root / "raw" / backup_hour_path(hour) / f"client_id={client_id}"
     files = {}
     for part in sorted(folder.glob("*.jsonl.zst")):
-        lines = zstandard.ZstdDecompressor().decompressobj().decompress(part.read_bytes())
-        kept = lines.splitlines()[: int(len(lines.splitlines()) * keep)]
+        data = zstandard.ZstdDecompressor().decompressobj().decompress(part.read_bytes())
+        lines = data.splitlines()
+        kept = lines[: int(len(lines) * keep)]
         files[part.name] = zst(kept)
     shutil.rmtree(folder)
     write_backup_folder(root, hour, client_id, files)
