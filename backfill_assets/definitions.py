@@ -5,6 +5,7 @@ from __future__ import annotations
 import dagster as dg
 
 from backfill_assets.checks.aggregated import aggregated_checks
+from backfill_assets.checks.published import published_checks
 from backfill_assets.checks.raw import raw_checks
 from backfill_assets.checks.transformed import transformed_checks
 from backfill_assets.layers.aggregated import aggregated_shadow
@@ -34,7 +35,7 @@ def build_definitions(settings: Settings) -> dg.Definitions:
         ],
         jobs=[rollback_release_job, vacuum_job, erase_job],
         schedules=[build_vacuum_schedule()],
-        asset_checks=[raw_checks, transformed_checks, aggregated_checks],
+        asset_checks=[raw_checks, transformed_checks, aggregated_checks, published_checks],
         resources=build_resources(settings),
         sensors=[build_reconciliation_sensor()],
         # One Spark session per run: every step of a run executes in the run's process.

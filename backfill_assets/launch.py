@@ -37,6 +37,7 @@ from pathlib import Path
 import dagster as dg
 
 from backfill_assets import tags
+from backfill_assets.checks.outcomes import summarize
 from backfill_assets.layers.windows import session_hours_touching
 from backfill_assets.partitions import hour_range
 from backfill_assets.settings import PROJECT_ROOT, Settings
@@ -450,7 +451,7 @@ def run_messages(instance: dg.DagsterInstance, run_id: str, step_key: str) -> li
 
 def summarize_run(instance: dg.DagsterInstance, run: dg.DagsterRun) -> RunSummary:
     """What a finished run did: its step failures (innermost cause) and check results."""
-    failures, checks = [], {}
+    failures, evaluations = [], []
     events = instance.all_logs(
         run.run_id,
         of_type={dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.ASSET_CHECK_EVALUATION},
@@ -468,12 +469,16 @@ def summarize_run(instance: dg.DagsterInstance, run: dg.DagsterRun) -> RunSummar
                 cause = cause.cause
             failures.append(f"{event.step_key}: {message}")
         else:
-            evaluation = event.event_specific_data
-            checks[evaluation.check_name] = {
-                "passed": evaluation.passed,
-                "severity": evaluation.severity.value,
-                "description": evaluation.description,
-            }
+            evaluations.append(event.event_specific_data)
+    checks = {
+        name: {
+            "passed": summary.passed,
+            "severity": summary.severity,
+            "description": summary.description,
+            "failing": summary.failing,
+        }
+        for (_, name), summary in summarize(evaluations, by_asset=False).items()
+    }
     stats = instance.get_run_stats(run.run_id)
     seconds = (stats.end_time or time.time()) - (stats.start_time or stats.end_time or time.time())
     first = run.tags.get("dagster/asset_partition_range_start")

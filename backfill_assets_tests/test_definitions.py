@@ -9,6 +9,7 @@ from pathlib import Path
 import dagster as dg
 import yaml
 
+from backfill_assets.checks.published import RELEASE_GATE
 from backfill_assets.definitions import build_definitions
 from backfill_assets.partitions import hourly_partitions
 from backfill_assets.publishing.assets import PUBLISH
@@ -51,9 +52,15 @@ def test_every_asset_is_hourly_single_run_described_and_versioned(base_settings)
             assert not node.is_materializable, key  # only publish/rollback change them
     assert len(shadows) == len(published) == 5
     assert set(graph.get(PUBLISH).parent_keys) == set(shadows)
-    assert graph.asset_check_keys, "blocking checks are defined"
-    assert all(graph.get_check_spec(k).blocking for k in graph.asset_check_keys)
-    assert {k.asset_key.path[0] for k in graph.asset_check_keys} == {"shadow"}
+    checks = {k: graph.get_check_spec(k) for k in graph.asset_check_keys}
+    # every check is evaluated per hour (one result per partition in the UI)
+    assert all(spec.partitions_def == hourly_partitions for spec in checks.values())
+    # the shadows' checks block the publish; the published tables show the release gate
+    assert {k.asset_key for k, spec in checks.items() if spec.blocking} == set(shadows) - {
+        dg.AssetKey(["shadow", "raw_quarantine"])
+    }
+    assert {k.asset_key for k, spec in checks.items() if not spec.blocking} == set(published)
+    assert {k.name for k, spec in checks.items() if not spec.blocking} == {RELEASE_GATE}
     assert defs.resolve_job_def("rollback_release") is not None
 
 

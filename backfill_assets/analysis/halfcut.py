@@ -30,7 +30,7 @@ from backfill_assets.layers.aggregated import (
     hour_of_epoch,
     sessionize,
 )
-from backfill_assets.partitions import hour_range, shift_hour
+from backfill_assets.partitions import hour_range, hours_between, shift_hour
 from backfill_assets.publishing.tables import published_hours
 
 MATCH_KEYS = [
@@ -192,7 +192,7 @@ def analyse_published(
         raise ValueError(
             f"{SOURCE_TABLE} has no published hour: backfill the transformed layer first"
         )
-    widest = hour_range(shift_hour(first, -max_window), shift_hour(last, max_window))
+    widest = hours_between(shift_hour(first, -max_window), shift_hour(last, max_window))
     unpublished = [h for h in widest if h not in published]
     return analyse(spark.table(SOURCE_TABLE), first, last, max_window, unpublished)
 

@@ -23,7 +23,6 @@ from backfill_assets.layers.aggregated import (
     SHADOW_CLIENT_HOURLY,
     SHADOW_SESSIONS,
 )
-from backfill_assets.layers.common import json_metadata
 from backfill_assets.resources.warehouse import Warehouse
 
 # Row rules of ``SessionSchema`` reported under their own check; the others under row rules.
@@ -127,42 +126,35 @@ def reconcile_client_hourly(sessions: DataFrame, hourly: DataFrame) -> dict[str,
 
 @dg.multi_asset_check(
     specs=[
-        dg.AssetCheckSpec(
+        common.check_spec(
             SESSIONS_ROW_RULES,
-            asset=SHADOW_SESSIONS,
-            blocking=True,
-            description="pandera: types, nullability and values of sessions, "
-            "session_id = sha256 key",
+            SHADOW_SESSIONS,
+            "pandera: types, nullability and values of sessions, session_id = sha256 key",
         ),
-        dg.AssetCheckSpec(
+        common.check_spec(
             SESSIONS_END_NOT_BEFORE_START,
-            asset=SHADOW_SESSIONS,
-            blocking=True,
-            description="session_end_at >= session_start_at",
+            SHADOW_SESSIONS,
+            "session_end_at >= session_start_at",
         ),
-        dg.AssetCheckSpec(
+        common.check_spec(
             SESSIONS_DURATION,
-            asset=SHADOW_SESSIONS,
-            blocking=True,
-            description="duration_seconds = session_end_at - session_start_at",
+            SHADOW_SESSIONS,
+            "duration_seconds = session_end_at - session_start_at",
         ),
-        dg.AssetCheckSpec(
+        common.check_spec(
             SESSIONS_START_IN_HOUR,
-            asset=SHADOW_SESSIONS,
-            blocking=True,
-            description="every session starts inside its partition hour",
+            SHADOW_SESSIONS,
+            "every session starts inside its partition hour",
         ),
-        dg.AssetCheckSpec(
+        common.check_spec(
             SESSIONS_UNIQUE_ID,
-            asset=SHADOW_SESSIONS,
-            blocking=True,
-            description="session_id is unique within the hour",
+            SHADOW_SESSIONS,
+            "session_id is unique within the hour",
         ),
-        dg.AssetCheckSpec(
+        common.check_spec(
             CLIENT_HOURLY_RECONCILIATION,
-            asset=SHADOW_CLIENT_HOURLY,
-            blocking=True,
-            description="client_hourly totals = sums over the hour's sessions",
+            SHADOW_CLIENT_HOURLY,
+            "client_hourly totals = sums over the hour's sessions",
         ),
     ],
     can_subset=False,
@@ -204,22 +196,25 @@ def aggregated_checks(context: dg.AssetCheckExecutionContext, warehouse: Warehou
         hours,
         {name: failing[name] for name in LAYER.checks},
     )
+    sessions_of = {h: {"sessions_checked": rows_per_hour.get(h, 0)} for h in hours}
     for name in SESSION_CHECKS:
-        yield common.result(
+        yield from common.results(
+            context,
             name,
-            SHADOW_SESSIONS,
             hours,
             failing[name],
-            {
-                "sessions_checked": sum(rows_per_hour.values()),
-                "pandera_errors": json_metadata(report.pandera_errors),
-                "failing_examples": json_metadata(report.examples),
+            version=version,
+            per_hour=sessions_of,
+            on_failure={
+                "pandera_errors": report.pandera_errors,
+                "failing_examples": report.examples,
             },
         )
-    yield common.result(
+    yield from common.results(
+        context,
         CLIENT_HOURLY_RECONCILIATION,
-        SHADOW_CLIENT_HOURLY,
         hours,
         recon_failing,
-        {"sessions_per_hour": json_metadata(rows_per_hour)},
+        version=version,
+        per_hour=sessions_of,
     )

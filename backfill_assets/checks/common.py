@@ -2,27 +2,80 @@
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+
 import dagster as dg
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from backfill_assets import tags
+from backfill_assets.layers.common import json_metadata
+from backfill_assets.partitions import hourly_partitions
 from backfill_assets.publishing import audit
 from backfill_assets.publishing.tables import run_id
 
 
-def not_evaluated(context: dg.AssetCheckExecutionContext, why: str) -> list[dg.AssetCheckResult]:
-    """Results for every check of the step that say it evaluated nothing (never a pass)."""
-    return [
-        dg.AssetCheckResult(
-            check_name=spec.name,
-            asset_key=spec.asset_key,
-            passed=False,
-            severity=dg.AssetCheckSeverity.WARN,
-            description=f"not evaluated: {why}",
+def check_spec(
+    name: str, asset: dg.AssetKey, description: str, *, blocking: bool = True
+) -> dg.AssetCheckSpec:
+    """A check evaluated per hour: partitioned like the assets, so Dagster keeps (and the
+    UI shows) one result per hour."""
+    with warnings.catch_warnings():  # partitioned check specs are "preview" in dagster 1.13
+        warnings.simplefilter("ignore", dg.PreviewWarning)
+        return dg.AssetCheckSpec(
+            name,
+            asset=asset,
+            description=description,
+            blocking=blocking,
+            partitions_def=hourly_partitions,
         )
-        for spec in context.check_specs
-    ]
+
+
+def run_hours(context: dg.AssetCheckExecutionContext) -> list[str]:
+    """The partitions (hours) the check step runs for; [] in a run without partitions."""
+    if context.has_partition_key or context.has_partition_key_range:
+        return list(context.partition_keys)
+    return []
+
+
+def evaluation(
+    spec: dg.AssetCheckSpec,
+    hour: str | None,
+    passed: bool,
+    description: str,
+    metadata: Mapping[str, object],
+    severity: dg.AssetCheckSeverity,
+    *,
+    blocks: bool = False,
+) -> dg.AssetCheckEvaluation:
+    return dg.AssetCheckEvaluation(
+        asset_key=spec.asset_key,
+        check_name=spec.name,
+        passed=passed,
+        partition=hour,
+        severity=severity,
+        description=description[:1000],
+        metadata=metadata,
+        blocking=spec.blocking and blocks,
+    )
+
+
+def check_outputs(context: dg.AssetCheckExecutionContext) -> dict[dg.AssetCheckKey, str]:
+    specs = context.op_execution_context.assets_def.check_specs_by_output_name
+    return {spec.key: name for name, spec in specs.items()}
+
+
+def not_evaluated(context: dg.AssetCheckExecutionContext, why: str) -> Iterator:
+    """For every check of the step and every hour of the run: evaluated nothing (a
+    warning, never a pass)."""
+    outputs = check_outputs(context)
+    for spec in context.check_specs:
+        for hour in run_hours(context) or [None]:
+            yield evaluation(
+                spec, hour, False, f"not evaluated: {why}", {}, dg.AssetCheckSeverity.WARN
+            )
+        yield dg.Output(None, output_name=outputs[spec.key])
 
 
 def version_to_check(
@@ -120,42 +173,71 @@ def record_and_log(
             context.log.warning(f"{layer} {hour} fails {name}: {reason}")
 
 
-def result(
+def results(
+    context: dg.AssetCheckExecutionContext,
     check_name: str,
-    asset_key: dg.AssetKey,
-    hours: list[str],
-    failing: dict[str, str],
-    metadata: dict,
-) -> dg.AssetCheckResult:
-    """One check result for the whole range.
+    hours: Sequence[str],
+    failing: Mapping[str, str],
+    *,
+    version: str,
+    per_hour: Mapping[str, Mapping[str, object]] | None = None,
+    on_failure: Mapping[str, object] | None = None,
+) -> Iterator:
+    """One check's outcome as one evaluation per hour (Dagster shows them on the hour's
+    partition), then the check's output (which downstream blocking waits on).
 
-    Severity is ERROR when no hour passes (Dagster then blocks the publish step), WARN
-    when only some hours fail: the publish step then publishes exactly the passing hours,
-    holds back the failing ones and fails naming them.
+    - a checked hour passes, or fails with its reason as the description (severity
+      ERROR: the publish step holds it back); when *every* hour fails the evaluations are
+      blocking and Dagster does not start the publish step at all;
+    - an hour of the run that this check did not evaluate (the run wrote nothing for it)
+      is a warning "not evaluated", never a pass;
+    - ``per_hour``: metadata of each hour (counts); ``on_failure``: range-level detail
+      (pandera errors, examples: those of the hour when they name hours) attached to the
+      failing hours only, so the event log does not grow with hours x range.
     """
-    passed = not failing
-    severity = (
-        dg.AssetCheckSeverity.ERROR
-        if failing and len(failing) == len(hours)
-        else dg.AssetCheckSeverity.WARN
+    spec = next(s for s in context.check_specs if s.name == check_name)
+    checked = set(hours)
+    all_fail = bool(hours) and len(failing) == len(checked)
+    for hour in sorted(checked | set(run_hours(context))):
+        facts = {"shadow_version": version, **(per_hour or {}).get(hour, {})}
+        if hour not in checked:
+            yield evaluation(
+                spec,
+                hour,
+                False,
+                "not evaluated: this run wrote no rows for the hour",
+                facts,
+                dg.AssetCheckSeverity.WARN,
+            )
+        elif hour in failing:
+            detail = {k: _of_hour(v, hour) for k, v in (on_failure or {}).items()}
+            yield evaluation(
+                spec,
+                hour,
+                False,
+                failing[hour],
+                {**facts, **detail},
+                dg.AssetCheckSeverity.ERROR,
+                blocks=all_fail,
+            )
+        else:
+            yield evaluation(spec, hour, True, "pass", facts, dg.AssetCheckSeverity.ERROR)
+    context.log.info(
+        f"{spec.asset_key.to_user_string()} {check_name}: "
+        + (
+            f"{len(checked)} hour(s) pass"
+            if not failing
+            else f"{len(failing)} of {len(checked)} hour(s) fail: {', '.join(sorted(failing))}"
+        )
     )
-    names = sorted(failing)
-    description = (
-        f"{len(hours)} hour(s) pass"
-        if passed
-        else f"{len(names)} of {len(hours)} hour(s) fail: {', '.join(names[:24])}"
-        + (" ..." if len(names) > 24 else "")
-    )
-    return dg.AssetCheckResult(
-        check_name=check_name,
-        asset_key=asset_key,
-        passed=passed,
-        severity=severity,
-        description=description,
-        metadata={
-            "hours_checked": len(hours),
-            "hours_failing": len(names),
-            "failing_hours": dg.MetadataValue.json({h: failing[h] for h in names}),
-            **metadata,
-        },
-    )
+    yield dg.Output(None, output_name=check_outputs(context)[spec.key])
+
+
+def _of_hour(value: object, hour: str) -> object:
+    """Of a list of rows naming their hour, those of ``hour``; of a mapping by hour, the
+    hour's entry; anything else whole (lists and mappings as JSON metadata)."""
+    if isinstance(value, list) and all(isinstance(v, dict) and "hour" in v for v in value):
+        value = [v for v in value if v["hour"] == hour]
+    elif isinstance(value, dict) and hour in value:
+        value = value[hour]
+    return json_metadata(value) if isinstance(value, list | dict) else value

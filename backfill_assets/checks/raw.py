@@ -7,7 +7,6 @@ from backfill_assets import tags
 from backfill_assets.backups.inventory import take_inventory
 from backfill_assets.checks import common, rules
 from backfill_assets.checks.schemas import RawPayloadSchema
-from backfill_assets.layers.common import json_metadata
 from backfill_assets.layers.raw import (
     LAYER,
     MANIFEST_RECONCILIATION,
@@ -49,17 +48,15 @@ def reconcile(inventory, counts: dict, allowed_missing: set[str]) -> dict[str, s
 
 @dg.multi_asset_check(
     specs=[
-        dg.AssetCheckSpec(
+        common.check_spec(
             ROW_RULES,
-            asset=SHADOW_PAYLOADS,
-            blocking=True,
-            description="pandera: types, nullability and values of raw payloads",
+            SHADOW_PAYLOADS,
+            "pandera: types, nullability and values of raw payloads",
         ),
-        dg.AssetCheckSpec(
+        common.check_spec(
             MANIFEST_RECONCILIATION,
-            asset=SHADOW_PAYLOADS,
-            blocking=True,
-            description="valid + quarantined lines = manifest records; no corrupt "
+            SHADOW_PAYLOADS,
+            "valid + quarantined lines = manifest records; no corrupt "
             "file, open folder or missing hour",
         ),
     ],
@@ -124,28 +121,40 @@ def raw_checks(
         hours,
         {ROW_RULES: rule_failing, MANIFEST_RECONCILIATION: recon_failing},
     )
-    yield common.result(
+    valid_of, quarantined_of, bad_of, erased_of = {}, {}, {}, {}
+    for (hour, _), (valid_lines, quarantined_lines, bad) in totals.items():
+        valid_of[hour] = valid_of.get(hour, 0) + valid_lines
+        quarantined_of[hour] = quarantined_of.get(hour, 0) + quarantined_lines
+        bad_of[hour] = bad_of.get(hour, 0) + bad
+    for (hour, _), lines in erased.items():
+        erased_of[hour] = erased_of.get(hour, 0) + lines
+    yield from common.results(
+        context,
         ROW_RULES,
-        SHADOW_PAYLOADS,
         hours,
         rule_failing,
-        {
-            "rows_checked": sum(v[0] for v in totals.values()),
-            "pandera_errors": json_metadata(report.pandera_errors),
-            "failing_examples": json_metadata(report.examples),
+        version=version,
+        per_hour={h: {"rows_checked": valid_of.get(h, 0)} for h in hours},
+        on_failure={
+            "pandera_errors": report.pandera_errors,
+            "failing_examples": report.examples,
         },
     )
-    yield common.result(
+    yield from common.results(
+        context,
         MANIFEST_RECONCILIATION,
-        SHADOW_PAYLOADS,
         hours,
         recon_failing,
-        {
-            "manifest_records": sum(inv.expected_records for inv in inventory.values()),
-            "lines_valid": sum(v[0] for v in totals.values()),
-            "lines_quarantined": sum(v[1] for v in totals.values()),
-            "lines_erased": sum(erased.values()),
-            "unreadable_files": sum(v[2] for v in totals.values()),
-            "allowed_missing_hours": sorted(allowed & set(hours)),
+        version=version,
+        per_hour={
+            h: {
+                "manifest_records": inventory[h].expected_records if h in inventory else 0,
+                "lines_valid": valid_of.get(h, 0),
+                "lines_quarantined": quarantined_of.get(h, 0),
+                "lines_erased": erased_of.get(h, 0),
+                "unreadable_files": bad_of.get(h, 0),
+                "allowed_missing": h in allowed,
+            }
+            for h in hours
         },
     )

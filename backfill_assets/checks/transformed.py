@@ -9,7 +9,6 @@ from pyspark.sql import functions as F
 from backfill_assets import tags
 from backfill_assets.checks import common, rules
 from backfill_assets.checks.schemas import TransformedPayloadSchema
-from backfill_assets.layers.common import json_metadata
 from backfill_assets.layers.raw import SHADOW_PAYLOADS as RAW_SHADOW
 from backfill_assets.layers.transformed import (
     LAYER,
@@ -80,18 +79,16 @@ def reconciliation_failures(hours: list[str], counts: dict[str, dict[str, int]])
 
 @dg.multi_asset_check(
     specs=[
-        dg.AssetCheckSpec(
+        common.check_spec(
             ROW_RULES,
-            asset=SHADOW_PAYLOADS,
-            blocking=True,
-            description="pandera: types, nullability, values, received hour and "
+            SHADOW_PAYLOADS,
+            "pandera: types, nullability, values, received hour and "
             "normalized page_url of transformed payloads",
         ),
-        dg.AssetCheckSpec(
+        common.check_spec(
             RAW_RECONCILIATION,
-            asset=SHADOW_PAYLOADS,
-            blocking=True,
-            description="transformed rows = distinct payload ids of the raw hour it was built from "
+            SHADOW_PAYLOADS,
+            "transformed rows = distinct payload ids of the raw hour it was built from "
             "(each exactly once)",
         ),
     ],
@@ -134,23 +131,23 @@ def transformed_checks(context: dg.AssetCheckExecutionContext, warehouse: Wareho
         hours,
         {ROW_RULES: rule_failing, RAW_RECONCILIATION: recon_failing},
     )
-    yield common.result(
+    yield from common.results(
+        context,
         ROW_RULES,
-        SHADOW_PAYLOADS,
         hours,
         rule_failing,
-        {
-            "rows_checked": sum(c["rows"] for c in counts.values()),
-            "pandera_errors": json_metadata(report.pandera_errors),
-            "failing_examples": json_metadata(report.examples),
+        version=version,
+        per_hour={h: {"rows_checked": counts.get(h, {}).get("rows", 0)} for h in hours},
+        on_failure={
+            "pandera_errors": report.pandera_errors,
+            "failing_examples": report.examples,
         },
     )
-    yield common.result(
+    yield from common.results(
+        context,
         RAW_RECONCILIATION,
-        SHADOW_PAYLOADS,
         hours,
         recon_failing,
-        {
-            "counts_per_hour": json_metadata(counts),
-        },
+        version=version,
+        per_hour={h: counts.get(h, {}) for h in hours},
     )

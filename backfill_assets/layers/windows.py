@@ -7,7 +7,7 @@ hours ``[T1 - lookahead, T2 + lookback]``.
 
 from __future__ import annotations
 
-from backfill_assets.partitions import shift_hour
+from backfill_assets.partitions import clamp_range, shift_hour
 
 # The session window, one definition: the aggregated layer's partition mapping (what the UI
 # shows a backfill reads), its build and the release's hold-back rules all use it. Measure
@@ -31,5 +31,7 @@ def session_hours_touching(
     lookback: int = DEFAULT_LOOKBACK_HOURS,
     lookahead: int = DEFAULT_LOOKAHEAD_HOURS,
 ) -> tuple[str, str]:
-    """Session hours whose window touches received hours ``first..last`` (inclusive)."""
-    return shift_hour(first, -lookahead), shift_hour(last, lookback)
+    """Session hours whose window touches received hours ``first..last`` (inclusive), cut
+    to the partitions (as Dagster derives them through the partition mapping)."""
+    span = clamp_range(shift_hour(first, -lookahead), shift_hour(last, lookback))
+    return span or (first, last)

@@ -16,6 +16,7 @@ import dagster as dg
 from pydantic import Field
 
 from backfill_assets import tags
+from backfill_assets.checks.published import release_gate_evaluations
 from backfill_assets.layers import aggregated, raw, transformed
 from backfill_assets.layers.common import json_metadata, run_lineage
 from backfill_assets.layers.registry import LAYERS
@@ -237,6 +238,8 @@ def publish_release(
     lineage = {**run_lineage(context, "release"), "backfill_id": release}
     for event in partition_events(plan, lineage):
         context.log_event(event)
+    for evaluation in release_gate_evaluations(plan, layers):
+        context.log_event(evaluation)
     counts = {
         layer.name: {
             status: sum(o.status == status for o in plan.by_layer(layer.name))

@@ -37,7 +37,7 @@ from pyspark.sql import SparkSession, Window
 from pyspark.sql import functions as F
 
 from backfill_assets import faults
-from backfill_assets.partitions import hour_range, shift_hour
+from backfill_assets.partitions import hours_between, shift_hour
 from backfill_assets.publishing import audit, gates
 from backfill_assets.publishing.lock import release_locks
 from backfill_assets.publishing.tables import (
@@ -73,7 +73,7 @@ class Layer:
     def reads(self, hour: str) -> list[str]:
         """The upstream hours partition ``hour`` of this layer is built from."""
         back, ahead = self.window
-        return hour_range(shift_hour(hour, -back), shift_hour(hour, ahead))
+        return hours_between(shift_hour(hour, -back), shift_hour(hour, ahead))
 
 
 @dataclass
@@ -200,6 +200,49 @@ def _written(spark: SparkSession, locations: set[str]) -> dict[str, dict]:
         .collect()
     )
     return {r["location"]: r.asDict() for r in rows}
+
+
+def published_versions_checked(
+    spark: SparkSession, layer: Layer, hours: Sequence[str]
+) -> dict[str, dict[str, tuple[bool, str]]]:
+    """Published table -> hour -> (passed, why): did the version published at each hour
+    pass every check of ``layer`` (from the ledger: a few jobs for the whole range)? An
+    hour with nothing published is left out."""
+    located = {t: partition_locations(spark, t) for t in layer.tables}
+    wanted = {loc for locs in located.values() for h, loc in locs.items() if h in hours}
+    written = _written(spark, wanted)
+    outcomes = _check_outcomes(
+        spark, [layer.checked_table], {w["version"] for w in written.values()}
+    )
+    found: dict[str, dict[str, tuple[bool, str]]] = {}
+    for table, locs in located.items():
+        for hour in hours:
+            if hour not in locs:
+                continue
+            row = written.get(locs[hour])
+            if row is None:
+                found.setdefault(table, {})[hour] = (
+                    False,
+                    f"published location {locs[hour]} is not in the ledger",
+                )
+                continue
+            results = outcomes.get((layer.checked_table, hour, row["version"]), {})
+            missing = [c for c in layer.checks if c not in results]
+            failed = [
+                f"{c}: {results[c][1]}" for c in layer.checks if c in results and not results[c][0]
+            ]
+            why = (
+                f"version {row['version'][:8]} "
+                + (f"has no result for {', '.join(missing)}" if missing else "")
+                + ("; " if missing and failed else "")
+                + (f"failed {'; '.join(failed)}" if failed else "")
+            )
+            found.setdefault(table, {})[hour] = (
+                (True, f"version {row['version'][:8]} passed {len(layer.checks)} check(s)")
+                if not (missing or failed)
+                else (False, why)
+            )
+    return found
 
 
 def approvals_of(spark: SparkSession, release_id: str) -> dict[tuple[str, str, str], dict]:

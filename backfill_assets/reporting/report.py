@@ -31,6 +31,7 @@ from typing import Any
 import dagster as dg
 
 from backfill_assets import tags
+from backfill_assets.checks.outcomes import summarize
 from backfill_assets.layers.raw import MANIFEST_RECORDS
 from backfill_assets.publishing.publisher import Layer
 from backfill_assets.reporting.chart import rows_chart
@@ -192,6 +193,7 @@ def collect_run(
     )
     shadows = {shadow for layer in layers for shadow, _ in layer.pairs}
     published = {table for layer in layers for table in layer.tables}
+    evaluations = []  # one per (check, hour)
     for entry in instance.all_logs(run.run_id, of_type=_EVENTS):
         event = entry.dagster_event
         if event is None:
@@ -234,18 +236,7 @@ def collect_run(
                 if collected.published_at is None or stamp < collected.published_at:
                     collected.published_at = stamp
         elif entry.asset_check_evaluation is not None:
-            check = entry.asset_check_evaluation
-            failing = _plain(check.metadata.get("failing_hours")) or {}
-            summary.checks.append(
-                CheckOutcome(
-                    check.check_name,
-                    check.asset_key.to_user_string(),
-                    check.passed,
-                    check.severity.value,
-                    check.description or "",
-                    {str(k): str(v) for k, v in dict(failing).items()},
-                )
-            )
+            evaluations.append(entry.asset_check_evaluation)
         elif event.event_type_value == "STEP_FAILURE":
             data = event.event_specific_data
             user = getattr(data, "user_failure_data", None)
@@ -260,6 +251,10 @@ def collect_run(
             for key, reasons in dict(held).items():
                 layer, _, hour = str(key).partition(" ")
                 collected.held[(layer, hour)] = [str(r) for r in reasons]
+    summary.checks = [
+        CheckOutcome(c.name, c.asset, c.passed, c.severity, c.description, c.failing)
+        for c in summarize(evaluations).values()
+    ]
     return summary
 
 

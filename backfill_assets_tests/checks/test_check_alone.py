@@ -1,12 +1,20 @@
-"""A check launched alone (from the UI) evaluates the newest candidate; never a blind pass."""
+"""A check launched alone (from the UI) evaluates what it names; never a blind pass."""
 
 from __future__ import annotations
 
 import dagster as dg
 from pyspark.sql import functions as F
 
+from backfill_assets.checks.outcomes import summarize
+from backfill_assets.checks.published import RELEASE_GATE
 from backfill_assets.definitions import build_definitions
-from backfill_assets.layers.raw import MANIFEST_RECONCILIATION, ROW_RULES, SHADOW_PAYLOADS
+from backfill_assets.layers.raw import (
+    MANIFEST_RECONCILIATION,
+    PAYLOADS,
+    QUARANTINE,
+    ROW_RULES,
+    SHADOW_PAYLOADS,
+)
 from backfill_assets.publishing import audit
 
 FIRST, LAST = "2026-11-20T00", "2026-11-20T01"
@@ -23,11 +31,11 @@ def check_alone(defs: dg.Definitions, instance, first: str | None, last: str | N
         else {}
     )
     result = job.execute_in_process(instance=instance, tags=run_tags, raise_on_error=False)
-    evaluations = {
-        e.asset_check_evaluation_data.check_name: e.asset_check_evaluation_data
+    evaluations = [
+        e.asset_check_evaluation_data
         for e in result.all_events
         if e.event_type_value == "ASSET_CHECK_EVALUATION"
-    }
+    ]
     return result.run_id, evaluations
 
 
@@ -41,8 +49,22 @@ def test_a_check_alone_rechecks_the_newest_version_of_its_hours(
     defs = build_definitions(settings_for(tree))
 
     run_id, evaluations = check_alone(defs, instance, FIRST, LAST)
-    assert set(evaluations) == {ROW_RULES, MANIFEST_RECONCILIATION}
-    assert all(e.passed and e.description == "2 hour(s) pass" for e in evaluations.values())
+    # one evaluation per (check, hour), on the hour's partition
+    assert sorted((e.check_name, e.partition) for e in evaluations) == sorted(
+        (name, hour) for name in (ROW_RULES, MANIFEST_RECONCILIATION) for hour in (FIRST, LAST)
+    )
+    assert all(e.passed and e.description == "pass" for e in evaluations)
+    assert all(e.metadata["shadow_version"].value == build.run_id for e in evaluations)
+    summaries = summarize(evaluations)
+    assert {s.description for s in summaries.values()} == {"2 hour(s) pass"}
+    history = instance.event_log_storage.get_asset_check_execution_history(
+        dg.AssetCheckKey(SHADOW_PAYLOADS, ROW_RULES), limit=10
+    )
+    # the check's history holds a row per hour of each run, none left "planned"/skipped
+    assert {(r.run_id, r.partition, r.status.value) for r in history} >= {
+        (run_id, FIRST, "SUCCEEDED"),
+        (run_id, LAST, "SUCCEEDED"),
+    }
     rechecked = (
         audit.read(spark, audit.CHECK_RESULTS)
         .where(F.col("run_id") == run_id)
@@ -59,9 +81,41 @@ def test_a_check_alone_rechecks_the_newest_version_of_its_hours(
         (None, None, "names no hours"),
     ):
         _, evaluations = check_alone(defs, instance, first, last)
-        assert set(evaluations) == {ROW_RULES, MANIFEST_RECONCILIATION}
-        for evaluation in evaluations.values():
+        assert {e.check_name for e in evaluations} == {ROW_RULES, MANIFEST_RECONCILIATION}
+        assert {e.partition for e in evaluations} == ({first, last} if first else {None})
+        for evaluation in evaluations:
             assert not evaluation.passed
             assert evaluation.description.startswith("not evaluated: ") and why in (
                 evaluation.description
             )
+
+
+def test_the_release_gate_alone_reverifies_the_live_versions_from_the_ledger(
+    run_release, make_backups, instance, settings_for
+):
+    tree = make_backups(hours=2)
+    assert run_release(tree, FIRST, LAST, downstream=False).success
+    defs = build_definitions(settings_for(tree))
+    gate = {dg.AssetCheckKey(PAYLOADS, RELEASE_GATE), dg.AssetCheckKey(QUARANTINE, RELEASE_GATE)}
+    job = defs.resolve_implicit_global_asset_job_def().get_subset(
+        asset_selection=set(), asset_check_selection=gate
+    )
+    result = job.execute_in_process(
+        instance=instance,
+        tags={
+            "dagster/asset_partition_range_start": LAST,
+            "dagster/asset_partition_range_end": "2026-11-20T02",
+        },
+    )
+    verdicts = {
+        (e.asset_check_evaluation_data.asset_key, e.asset_check_evaluation_data.partition): (
+            e.asset_check_evaluation_data
+        )
+        for e in result.all_events
+        if e.event_type_value == "ASSET_CHECK_EVALUATION"
+    }
+    assert set(verdicts) == {(k.asset_key, h) for k in gate for h in (LAST, "2026-11-20T02")}
+    live = verdicts[(PAYLOADS, LAST)]
+    assert live.passed and live.description.endswith("passed 2 check(s)")
+    never = verdicts[(PAYLOADS, "2026-11-20T02")]
+    assert not never.passed and never.description == "not evaluated: nothing published for the hour"

@@ -9,8 +9,10 @@ import dagster as dg
 import pytest
 from pyspark.sql import functions as F
 
+from backfill_assets.checks.published import RELEASE_GATE
 from backfill_assets.definitions import build_definitions
 from backfill_assets.generator import land_held_back
+from backfill_assets.layers import aggregated, raw
 from backfill_assets.layers.registry import LAYERS
 from backfill_assets.partitions import hour_range
 from backfill_assets.publishing import audit, publisher
@@ -117,8 +119,22 @@ def test_dry_run_publish_and_rollback_of_a_release_across_every_layer(
     assert publisher.verify(spark, TABLES) == []
 
 
+def latest_check_per_hour(instance, asset: dg.AssetKey, name: str) -> dict[str, tuple]:
+    """Hour -> (status, description) of the newest evaluation of the check (what the UI
+    shows on the hour's partition)."""
+    history = instance.event_log_storage.get_asset_check_execution_history(
+        dg.AssetCheckKey(asset, name), limit=1000
+    )
+    found = {}
+    for record in history:  # newest first
+        if record.partition not in found:
+            evaluation = record.event.dagster_event.event_specific_data if record.event else None
+            found[record.partition] = (record.status.value, getattr(evaluation, "description", ""))
+    return found
+
+
 def test_held_back_raw_hour_holds_back_the_session_hours_that_read_it(
-    spark, make_backups, run_release
+    spark, make_backups, run_release, instance
 ):
     backups = make_backups(hours=7)
     assert run_release(backups, FIRST, LAST).success
@@ -138,6 +154,19 @@ def test_held_back_raw_hour_holds_back_the_session_hours_that_read_it(
         "held back" in f and LATE in f and "raw_manifest_reconciliation" in f
         for f in release.failures
     ), release.failures
+
+    # each hour's verdict is on its partition: the shadow's check, the published gate
+    manifest = latest_check_per_hour(instance, raw.SHADOW_PAYLOADS, raw.MANIFEST_RECONCILIATION)
+    assert manifest[LATE][0] == "FAILED" and "client_id=1" in manifest[LATE][1]
+    assert manifest["2026-11-20T02"] == manifest["2026-11-20T04"] == ("SUCCEEDED", "pass")
+    gate = latest_check_per_hour(instance, raw.PAYLOADS, RELEASE_GATE)
+    assert gate[LATE][0] == "FAILED" and gate[LATE][1].startswith("held back from release")
+    assert gate["2026-11-20T02"][0] == "SUCCEEDED"
+    sessions_gate = latest_check_per_hour(instance, aggregated.SESSIONS, RELEASE_GATE)
+    assert {sessions_gate[h][0] for h in hour_range(FIRST, LAST)} == {"FAILED"}
+    assert (
+        f"reads transformed {LATE} of this release, which is held back" in (sessions_gate[FIRST][1])
+    )
 
 
 def test_a_raw_only_backfill_moves_downstream_and_stales_a_dry_run_that_read_it(

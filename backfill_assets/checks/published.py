@@ -1,0 +1,98 @@
+"""The release gate on the published tables: each hour's verdict where operators look.
+
+``release/publish`` records, for every (published table, hour) of a release, one
+evaluation of ``release_gate``: passed when the hour's candidate passed its layer's
+checks (and change gates) and went live or was already live, failed with the reasons when
+it was held back (the previous version stays published). Launched alone from the UI, the
+check re-verifies from the ledger that the version live at each hour passed every check
+of its layer.
+"""
+
+from collections.abc import Iterator, Sequence
+
+import dagster as dg
+
+from backfill_assets.checks import common
+from backfill_assets.layers.registry import LAYERS
+from backfill_assets.publishing import publisher
+from backfill_assets.resources.warehouse import Warehouse
+
+RELEASE_GATE = "release_gate"
+DESCRIPTION = (
+    "Per hour: the release's candidate passed its layer's checks and went live, or was "
+    "held back (why). Launched alone: the live version passed every check (ledger)."
+)
+
+
+def published_key(table: str) -> dg.AssetKey:
+    return dg.AssetKey(table.split("."))
+
+
+def release_gate_evaluations(
+    plan: publisher.ReleasePlan, layers: Sequence[publisher.Layer]
+) -> Iterator[dg.AssetCheckEvaluation]:
+    """One evaluation per (published table, hour) of a published release."""
+    tables = {layer.name: layer.tables for layer in layers}
+    for outcome in plan.outcomes:
+        held = outcome.status == publisher.HELD_BACK
+        description = (
+            f"held back from release {plan.release_id}: {'; '.join(outcome.reasons)} "
+            f"(the previous version stays published)"
+            if held
+            else f"release {plan.release_id}: {outcome.status}, version "
+            f"{(outcome.version or '')[:8]} passed its checks"
+        )
+        for table in tables.get(outcome.layer, ()):
+            yield dg.AssetCheckEvaluation(
+                asset_key=published_key(table),
+                check_name=RELEASE_GATE,
+                passed=not held,
+                partition=outcome.hour,
+                severity=dg.AssetCheckSeverity.ERROR,
+                description=description[:1000],
+                metadata={
+                    "release_id": plan.release_id,
+                    "status": outcome.status,
+                    "shadow_version": outcome.version or "",
+                    "awaiting_approval": outcome.awaiting_approval,
+                },
+                blocking=False,
+            )
+
+
+@dg.multi_asset_check(
+    name="published_checks",
+    specs=[
+        common.check_spec(RELEASE_GATE, published_key(table), DESCRIPTION, blocking=False)
+        for layer in LAYERS.values()
+        for table in layer.tables
+    ],
+    can_subset=True,
+)
+def published_checks(context: dg.AssetCheckExecutionContext, warehouse: Warehouse):
+    """Re-verify from the ledger that each hour's live version passed its layer's checks."""
+    hours = common.run_hours(context)
+    selected = {key.asset_key for key in context.selected_asset_check_keys}
+    specs = {spec.asset_key: spec for spec in context.check_specs}
+    outputs = common.check_outputs(context)
+    for layer in LAYERS.values():
+        wanted = [t for t in layer.tables if published_key(t) in selected]
+        if not wanted:
+            continue
+        verdicts = (
+            publisher.published_versions_checked(warehouse.spark, layer, hours) if hours else {}
+        )
+        for table in wanted:
+            spec = specs[published_key(table)]
+            for hour in hours or [None]:
+                verdict = verdicts.get(table, {}).get(hour)
+                if verdict is None:
+                    why = "nothing published for the hour" if hour else "choose a range of hours"
+                    yield common.evaluation(
+                        spec, hour, False, f"not evaluated: {why}", {}, dg.AssetCheckSeverity.WARN
+                    )
+                else:
+                    yield common.evaluation(
+                        spec, hour, verdict[0], verdict[1], {}, dg.AssetCheckSeverity.ERROR
+                    )
+            yield dg.Output(None, output_name=outputs[spec.key])
