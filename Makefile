@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 export DAGSTER_HOME ?= $(CURDIR)/var/dagster_home
 
-.PHONY: demo test test-stack ui lint install check-java stack-deps jvm-archive clean
+.PHONY: demo test test-stack ui lint install check-java stack-deps browser-deps jvm-archive clean
 
 install: $(STAMP)
 
@@ -31,14 +31,19 @@ stack-deps:
 
 # The demo's day is the partitions' span in the demo and the UI (backfill_assets/partitions.py):
 # the catalog and the launch dialog show its 24 hours. Set them to your data's hours.
+# Chromium for the browser tests (apt-get when root and missing; Playwright drives it).
+browser-deps:
+	@./deploy/browser-deps.sh
+
 demo ui: export BACKFILL_PARTITIONS_START ?= 2026-11-20T00
 demo ui: export BACKFILL_PARTITIONS_END ?= 2026-11-21T00
 
 demo: install check-java jvm-archive
 	$(BIN)/backfill-assets demo
 
-# The whole suite, the production stack test (backfill_assets_tests/stack) included.
-test: install check-java stack-deps jvm-archive
+# The whole suite, the production stack (backfill_assets_tests/stack) and the browser tests
+# (backfill_assets_tests/ui) included.
+test: install check-java stack-deps browser-deps jvm-archive
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # Only the production stack on this machine: Postgres, Hive metastore, Spark master and

@@ -470,14 +470,16 @@ def summarize_run(instance: dg.DagsterInstance, run: dg.DagsterRun) -> RunSummar
             failures.append(f"{event.step_key}: {message}")
         else:
             evaluations.append(event.event_specific_data)
-    checks = {
-        name: {
+    summaries = summarize(evaluations)
+    shared = {n for n in {name for _, name in summaries} if sum(k[1] == n for k in summaries) > 1}
+    checks = {  # by check name; "asset name" for a name several assets' checks share
+        f"{asset} {name}" if name in shared else name: {
             "passed": summary.passed,
             "severity": summary.severity,
             "description": summary.description,
             "failing": summary.failing,
         }
-        for (_, name), summary in summarize(evaluations, by_asset=False).items()
+        for (asset, name), summary in summaries.items()
     }
     stats = instance.get_run_stats(run.run_id)
     seconds = (stats.end_time or time.time()) - (stats.start_time or stats.end_time or time.time())

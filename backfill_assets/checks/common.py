@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import typing
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 
@@ -48,7 +49,11 @@ def evaluation(
     severity: dg.AssetCheckSeverity,
     *,
     blocks: bool = False,
+    target: dg.EventLogRecord | None = None,
 ) -> dg.AssetCheckEvaluation:
+    """One check's verdict for one hour; ``target``: the hour's materialization it judges
+    (the UI shows a partition's check status only while it targets the partition's
+    latest materialization)."""
     return dg.AssetCheckEvaluation(
         asset_key=spec.asset_key,
         check_name=spec.name,
@@ -58,7 +63,38 @@ def evaluation(
         description=description[:1000],
         metadata=metadata,
         blocking=spec.blocking and blocks,
+        target_materialization_data=None if target is None else _target_of(target),
     )
+
+
+def _target_of(record: dg.EventLogRecord):
+    # The documented type of AssetCheckEvaluation.target_materialization_data, taken from
+    # the public class's annotations (dagster exports no name for it).
+    hint = typing.get_type_hints(dg.AssetCheckEvaluation)["target_materialization_data"]
+    target_type = next(t for t in typing.get_args(hint) if t is not type(None))
+    return target_type(
+        run_id=record.run_id, storage_id=record.storage_id, timestamp=record.timestamp
+    )
+
+
+def latest_materializations(
+    instance: dg.DagsterInstance, asset_key: dg.AssetKey, hours: Sequence[str]
+) -> dict[str, dg.EventLogRecord]:
+    """Hour -> the newest materialization of ``asset_key`` at that hour (newest first, a
+    page per range in the usual case: this run's own materializations)."""
+    wanted, found, cursor = set(hours), {}, None
+    while wanted - found.keys():
+        page = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=sorted(wanted)),
+            limit=max(len(wanted), 100),
+            cursor=cursor,
+        )
+        for record in page.records:
+            found.setdefault(record.partition_key, record)
+        if not page.has_more:
+            break
+        cursor = page.cursor
+    return found
 
 
 def check_outputs(context: dg.AssetCheckExecutionContext) -> dict[dg.AssetCheckKey, str]:
@@ -70,10 +106,18 @@ def not_evaluated(context: dg.AssetCheckExecutionContext, why: str) -> Iterator:
     """For every check of the step and every hour of the run: evaluated nothing (a
     warning, never a pass)."""
     outputs = check_outputs(context)
+    hours = run_hours(context)
     for spec in context.check_specs:
-        for hour in run_hours(context) or [None]:
+        targets = latest_materializations(context.instance, spec.asset_key, hours)
+        for hour in hours or [None]:
             yield evaluation(
-                spec, hour, False, f"not evaluated: {why}", {}, dg.AssetCheckSeverity.WARN
+                spec,
+                hour,
+                False,
+                f"not evaluated: {why}",
+                {},
+                dg.AssetCheckSeverity.WARN,
+                target=targets.get(hour),
             )
         yield dg.Output(None, output_name=outputs[spec.key])
 
@@ -198,8 +242,11 @@ def results(
     spec = next(s for s in context.check_specs if s.name == check_name)
     checked = set(hours)
     all_fail = bool(hours) and len(failing) == len(checked)
-    for hour in sorted(checked | set(run_hours(context))):
+    every = sorted(checked | set(run_hours(context)))
+    targets = latest_materializations(context.instance, spec.asset_key, every)
+    for hour in every:
         facts = {"shadow_version": version, **(per_hour or {}).get(hour, {})}
+        target = targets.get(hour)
         if hour not in checked:
             yield evaluation(
                 spec,
@@ -208,6 +255,7 @@ def results(
                 "not evaluated: this run wrote no rows for the hour",
                 facts,
                 dg.AssetCheckSeverity.WARN,
+                target=target,
             )
         elif hour in failing:
             detail = {k: _of_hour(v, hour) for k, v in (on_failure or {}).items()}
@@ -219,9 +267,12 @@ def results(
                 {**facts, **detail},
                 dg.AssetCheckSeverity.ERROR,
                 blocks=all_fail,
+                target=target,
             )
         else:
-            yield evaluation(spec, hour, True, "pass", facts, dg.AssetCheckSeverity.ERROR)
+            yield evaluation(
+                spec, hour, True, "pass", facts, dg.AssetCheckSeverity.ERROR, target=target
+            )
     context.log.info(
         f"{spec.asset_key.to_user_string()} {check_name}: "
         + (

@@ -49,17 +49,16 @@ class CheckSummary:
 
 
 def summarize(
-    evaluations: Iterable[dg.AssetCheckEvaluation], *, by_asset: bool = True
+    evaluations: Iterable[dg.AssetCheckEvaluation],
 ) -> dict[tuple[str, str], CheckSummary]:
     """(asset, check name) -> its summary over the evaluations (one per hour, or one per
-    run); ``by_asset=False``: one summary per check name over every asset (asset "")."""
+    run)."""
     found: dict[tuple[str, str], CheckSummary] = {}
     for e in evaluations:
-        asset = e.asset_key.to_user_string() if by_asset else ""
+        asset = e.asset_key.to_user_string()
         summary = found.setdefault((asset, e.check_name), CheckSummary(e.check_name, asset))
         hour = e.partition or "(run)"
-        if by_asset or hour not in summary.hours:
-            summary.hours.append(hour)
+        summary.hours.append(hour)
         if not e.passed:
             summary.failing[hour] = e.description or "failed"
             if e.severity == dg.AssetCheckSeverity.ERROR:

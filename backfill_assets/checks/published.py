@@ -29,10 +29,17 @@ def published_key(table: str) -> dg.AssetKey:
 
 
 def release_gate_evaluations(
-    plan: publisher.ReleasePlan, layers: Sequence[publisher.Layer]
+    instance: dg.DagsterInstance, plan: publisher.ReleasePlan, layers: Sequence[publisher.Layer]
 ) -> Iterator[dg.AssetCheckEvaluation]:
-    """One evaluation per (published table, hour) of a published release."""
+    """One evaluation per (published table, hour) of a published release (after its
+    materializations: each targets its partition's newest one)."""
     tables = {layer.name: layer.tables for layer in layers}
+    hours = sorted({o.hour for o in plan.outcomes})
+    targets = {
+        table: common.latest_materializations(instance, published_key(table), hours)
+        for names in tables.values()
+        for table in names
+    }
     for outcome in plan.outcomes:
         held = outcome.status == publisher.HELD_BACK
         description = (
@@ -43,32 +50,32 @@ def release_gate_evaluations(
             f"{(outcome.version or '')[:8]} passed its checks"
         )
         for table in tables.get(outcome.layer, ()):
-            yield dg.AssetCheckEvaluation(
-                asset_key=published_key(table),
-                check_name=RELEASE_GATE,
-                passed=not held,
-                partition=outcome.hour,
-                severity=dg.AssetCheckSeverity.ERROR,
-                description=description[:1000],
-                metadata={
+            yield common.evaluation(
+                SPECS[published_key(table)],
+                outcome.hour,
+                not held,
+                description,
+                {
                     "release_id": plan.release_id,
                     "status": outcome.status,
                     "shadow_version": outcome.version or "",
                     "awaiting_approval": outcome.awaiting_approval,
                 },
-                blocking=False,
+                dg.AssetCheckSeverity.ERROR,
+                target=targets[table].get(outcome.hour),
             )
 
 
-@dg.multi_asset_check(
-    name="published_checks",
-    specs=[
-        common.check_spec(RELEASE_GATE, published_key(table), DESCRIPTION, blocking=False)
-        for layer in LAYERS.values()
-        for table in layer.tables
-    ],
-    can_subset=True,
-)
+SPECS = {
+    published_key(table): common.check_spec(
+        RELEASE_GATE, published_key(table), DESCRIPTION, blocking=False
+    )
+    for layer in LAYERS.values()
+    for table in layer.tables
+}
+
+
+@dg.multi_asset_check(name="published_checks", specs=list(SPECS.values()), can_subset=True)
 def published_checks(context: dg.AssetCheckExecutionContext, warehouse: Warehouse):
     """Re-verify from the ledger that each hour's live version passed its layer's checks."""
     hours = common.run_hours(context)
@@ -84,15 +91,28 @@ def published_checks(context: dg.AssetCheckExecutionContext, warehouse: Warehous
         )
         for table in wanted:
             spec = specs[published_key(table)]
+            targets = common.latest_materializations(context.instance, spec.asset_key, hours)
             for hour in hours or [None]:
                 verdict = verdicts.get(table, {}).get(hour)
                 if verdict is None:
                     why = "nothing published for the hour" if hour else "choose a range of hours"
                     yield common.evaluation(
-                        spec, hour, False, f"not evaluated: {why}", {}, dg.AssetCheckSeverity.WARN
+                        spec,
+                        hour,
+                        False,
+                        f"not evaluated: {why}",
+                        {},
+                        dg.AssetCheckSeverity.WARN,
+                        target=targets.get(hour),
                     )
                 else:
                     yield common.evaluation(
-                        spec, hour, verdict[0], verdict[1], {}, dg.AssetCheckSeverity.ERROR
+                        spec,
+                        hour,
+                        verdict[0],
+                        verdict[1],
+                        {},
+                        dg.AssetCheckSeverity.ERROR,
+                        target=targets.get(hour),
                     )
             yield dg.Output(None, output_name=outputs[spec.key])

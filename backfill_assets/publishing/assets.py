@@ -10,7 +10,7 @@
 """
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import dagster as dg
 from pydantic import Field
@@ -208,8 +208,11 @@ def partition_events(
 )
 def publish_release(
     context: dg.AssetExecutionContext, config: PublishConfig, warehouse: Warehouse
-) -> dg.MaterializeResult:
-    """Swap the release's checked candidates into the published tables in one transaction."""
+) -> Iterator[dg.AssetMaterialization | dg.AssetCheckEvaluation | dg.MaterializeResult]:
+    """Swap the release's checked candidates into the published tables in one transaction.
+
+    A generator: each (table, hour) materialization is stored before the release gate's
+    evaluation of that hour, which targets it."""
     started = time.monotonic()
     spark = warehouse.spark
     run_tags = context.run.tags
@@ -236,10 +239,8 @@ def publish_release(
         )
         raise dg.Failure(description=f"{exc}{hint}", allow_retries=False) from None
     lineage = {**run_lineage(context, "release"), "backfill_id": release}
-    for event in partition_events(plan, lineage):
-        context.log_event(event)
-    for evaluation in release_gate_evaluations(plan, layers):
-        context.log_event(evaluation)
+    yield from partition_events(plan, lineage)
+    yield from release_gate_evaluations(context.instance, plan, layers)
     counts = {
         layer.name: {
             status: sum(o.status == status for o in plan.by_layer(layer.name))
@@ -298,7 +299,7 @@ def publish_release(
             metadata=metadata,
             allow_retries=False,
         )
-    return dg.MaterializeResult(metadata=metadata)
+    yield dg.MaterializeResult(metadata=metadata)
 
 
 def purge_erased(context: dg.AssetExecutionContext, spark, warehouse_dir: str, release: str):

@@ -1,0 +1,117 @@
+"""The Dagster UI as the operator's console, driven in headless Chromium (Playwright).
+
+A real ``dagster-webserver`` (127.0.0.1, a free port) serves an instance holding two
+releases of generated backups: the first publishes hours 00..05, the second repairs
+02..04 while hour 03 has a corrupt file, so its checks hold that hour back. As an
+operator: the catalog lists the layers; a shadow check's partitions show hour 03 red
+among green hours with its reason; the published table's release gate says why the hour
+kept its previous version.
+
+Screenshots: on failure into ``var/test-artifacts/ui``; with ``UPDATE_SCREENSHOTS=1``
+(the README's pictures) into ``docs/screenshots``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from backfill_assets.partitions import ENV_END, ENV_START
+from backfill_assets.settings import PROJECT_ROOT
+from backfill_assets_tests.stack.servers import Processes, free_port
+
+FIRST, LAST, BAD = "2026-11-20T00", "2026-11-20T05", "2026-11-20T03"
+README_PICTURES = PROJECT_ROOT / "docs" / "screenshots"
+
+
+def responds(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def console(run_release, make_backups, instance, tmp_path) -> Iterator[str]:
+    tree = make_backups(hours=6)
+    assert run_release(tree, FIRST, LAST).success
+    part = next((tree / "raw/date=2026-11-20/hour=03").glob("client_id=1/part-*"))
+    part.write_bytes(part.read_bytes()[:-7])  # a truncated file: hour 03 is held back
+    assert not run_release(tree, "2026-11-20T02", "2026-11-20T04").success
+
+    port = free_port()
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": instance.root_directory,
+        "BACKUP_ROOT": str(tree),
+        "DATA_ROOT": str(tmp_path / "data"),
+        ENV_START: FIRST,
+        ENV_END: "2026-11-20T06",
+    }
+    processes = Processes()
+    web = processes.start(
+        "dagster-webserver",
+        [
+            str(Path(sys.executable).with_name("dagster-webserver")),
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "-w",
+            str(PROJECT_ROOT / "workspace.yaml"),
+        ],
+        log=tmp_path / "webserver.log",
+        env=env,
+        cwd=PROJECT_ROOT,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        processes.wait_until(web, lambda: responds(f"{url}/server_info"), what="the UI")
+        yield url
+    finally:
+        processes.stop_all()
+
+
+def picture(page, name: str) -> None:
+    """The README's screenshot ``name`` (only when asked: UPDATE_SCREENSHOTS=1)."""
+    if os.environ.get("UPDATE_SCREENSHOTS") == "1":
+        README_PICTURES.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=README_PICTURES / f"{name}.png")
+
+
+def open_page(page, url: str) -> None:
+    page.goto(url, wait_until="networkidle")
+    skip = page.get_by_role("button", name="Skip")  # the first-visit newsletter dialog
+    if skip.count():
+        skip.click()
+
+
+def test_an_operator_sees_each_hours_checks_and_why_an_hour_was_held_back(console, page):
+    open_page(page, f"{console}/assets")
+    for group in ("raw", "transformed", "aggregated", "release"):
+        assert page.get_by_text(group, exact=True).first.is_visible()
+    picture(page, "catalog")
+
+    # the shadow's manifest check: hour 03 failed among passing hours, with its reason
+    open_page(page, f"{console}/assets/shadow/raw_payloads?view=checks")
+    page.get_by_text("raw_manifest_reconciliation", exact=True).first.click()
+    page.get_by_text("Partitions", exact=True).nth(1).click()  # the check's tab
+    page.get_by_text("Failed (1)").wait_for()
+    assert page.get_by_text("Passed (5)").is_visible()
+    picture(page, "check-per-hour")
+    page.locator(f':text-is("{BAD}"):visible').last.click()
+    page.get_by_text("1 unreadable/corrupt file(s)").first.wait_for()
+
+    # the published table's release gate names the release that could not repair it
+    open_page(page, f"{console}/assets/raw/payloads?view=checks")
+    page.get_by_text("Partitions", exact=True).nth(1).click()  # the check's tab
+    page.get_by_text("Failed (1)").wait_for()
+    page.locator(f':text-is("{BAD}"):visible').last.click()
+    page.get_by_text("held back from release", exact=False).first.wait_for()
+    picture(page, "release-gate")
