@@ -67,6 +67,15 @@ def evaluation(
     )
 
 
+def unevaluated(
+    spec: dg.AssetCheckSpec, hour: str | None, why: str, target: dg.EventLogRecord | None
+) -> dg.AssetCheckEvaluation:
+    """An hour the check could not evaluate: a warning saying why, never a pass."""
+    return evaluation(
+        spec, hour, False, f"not evaluated: {why}", {}, dg.AssetCheckSeverity.WARN, target=target
+    )
+
+
 def _target_of(record: dg.EventLogRecord):
     # The documented type of AssetCheckEvaluation.target_materialization_data, taken from
     # the public class's annotations (dagster exports no name for it).
@@ -110,15 +119,7 @@ def not_evaluated(context: dg.AssetCheckExecutionContext, why: str) -> Iterator:
     for spec in context.check_specs:
         targets = latest_materializations(context.instance, spec.asset_key, hours)
         for hour in hours or [None]:
-            yield evaluation(
-                spec,
-                hour,
-                False,
-                f"not evaluated: {why}",
-                {},
-                dg.AssetCheckSeverity.WARN,
-                target=targets.get(hour),
-            )
+            yield unevaluated(spec, hour, why, targets.get(hour))
         yield dg.Output(None, output_name=outputs[spec.key])
 
 

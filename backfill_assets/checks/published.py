@@ -96,15 +96,7 @@ def published_checks(context: dg.AssetCheckExecutionContext, warehouse: Warehous
                 verdict = verdicts.get(table, {}).get(hour)
                 if verdict is None:
                     why = "nothing published for the hour" if hour else "choose a range of hours"
-                    yield common.evaluation(
-                        spec,
-                        hour,
-                        False,
-                        f"not evaluated: {why}",
-                        {},
-                        dg.AssetCheckSeverity.WARN,
-                        target=targets.get(hour),
-                    )
+                    yield common.unevaluated(spec, hour, why, targets.get(hour))
                 else:
                     yield common.evaluation(
                         spec,
