@@ -17,6 +17,7 @@ serves the instance, so the CLI works on a laptop without ``dagster dev``.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
 import fcntl
@@ -471,9 +472,9 @@ def summarize_run(instance: dg.DagsterInstance, run: dg.DagsterRun) -> RunSummar
         else:
             evaluations.append(event.event_specific_data)
     summaries = summarize(evaluations)
-    shared = {n for n in {name for _, name in summaries} if sum(k[1] == n for k in summaries) > 1}
+    per_name = collections.Counter(name for _, name in summaries)
     checks = {  # by check name; "asset name" for a name several assets' checks share
-        f"{asset} {name}" if name in shared else name: {
+        f"{asset} {name}" if per_name[name] > 1 else name: {
             "passed": summary.passed,
             "severity": summary.severity,
             "description": summary.description,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import typing
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
@@ -11,6 +12,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from backfill_assets import tags
+from backfill_assets.checks.outcomes import NOT_EVALUATED
 from backfill_assets.layers.common import json_metadata
 from backfill_assets.partitions import hourly_partitions
 from backfill_assets.publishing import audit
@@ -68,20 +70,34 @@ def evaluation(
 
 
 def unevaluated(
-    spec: dg.AssetCheckSpec, hour: str | None, why: str, target: dg.EventLogRecord | None
+    spec: dg.AssetCheckSpec,
+    hour: str | None,
+    why: str,
+    target: dg.EventLogRecord | None,
+    metadata: Mapping[str, object] | None = None,
 ) -> dg.AssetCheckEvaluation:
     """An hour the check could not evaluate: a warning saying why, never a pass."""
     return evaluation(
-        spec, hour, False, f"not evaluated: {why}", {}, dg.AssetCheckSeverity.WARN, target=target
+        spec,
+        hour,
+        False,
+        f"{NOT_EVALUATED}{why}",
+        metadata or {},
+        dg.AssetCheckSeverity.WARN,
+        target=target,
     )
 
 
-def _target_of(record: dg.EventLogRecord):
+@functools.cache
+def _target_type() -> type:
     # The documented type of AssetCheckEvaluation.target_materialization_data, taken from
     # the public class's annotations (dagster exports no name for it).
     hint = typing.get_type_hints(dg.AssetCheckEvaluation)["target_materialization_data"]
-    target_type = next(t for t in typing.get_args(hint) if t is not type(None))
-    return target_type(
+    return next(t for t in typing.get_args(hint) if t is not type(None))
+
+
+def _target_of(record: dg.EventLogRecord):
+    return _target_type()(
         run_id=record.run_id, storage_id=record.storage_id, timestamp=record.timestamp
     )
 
@@ -249,15 +265,7 @@ def results(
         facts = {"shadow_version": version, **(per_hour or {}).get(hour, {})}
         target = targets.get(hour)
         if hour not in checked:
-            yield evaluation(
-                spec,
-                hour,
-                False,
-                "not evaluated: this run wrote no rows for the hour",
-                facts,
-                dg.AssetCheckSeverity.WARN,
-                target=target,
-            )
+            yield unevaluated(spec, hour, "this run wrote no rows for the hour", target, facts)
         elif hour in failing:
             detail = {k: _of_hour(v, hour) for k, v in (on_failure or {}).items()}
             yield evaluation(

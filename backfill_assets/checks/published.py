@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 import dagster as dg
 
 from backfill_assets.checks import common
+from backfill_assets.layers.common import table_key
 from backfill_assets.layers.registry import LAYERS
 from backfill_assets.publishing import publisher
 from backfill_assets.resources.warehouse import Warehouse
@@ -24,10 +25,6 @@ DESCRIPTION = (
 )
 
 
-def published_key(table: str) -> dg.AssetKey:
-    return dg.AssetKey(table.split("."))
-
-
 def release_gate_evaluations(
     instance: dg.DagsterInstance, plan: publisher.ReleasePlan, layers: Sequence[publisher.Layer]
 ) -> Iterator[dg.AssetCheckEvaluation]:
@@ -36,7 +33,7 @@ def release_gate_evaluations(
     tables = {layer.name: layer.tables for layer in layers}
     hours = sorted({o.hour for o in plan.outcomes})
     targets = {
-        table: common.latest_materializations(instance, published_key(table), hours)
+        table: common.latest_materializations(instance, table_key(table), hours)
         for names in tables.values()
         for table in names
     }
@@ -51,7 +48,7 @@ def release_gate_evaluations(
         )
         for table in tables.get(outcome.layer, ()):
             yield common.evaluation(
-                SPECS[published_key(table)],
+                SPECS[table_key(table)],
                 outcome.hour,
                 not held,
                 description,
@@ -67,9 +64,7 @@ def release_gate_evaluations(
 
 
 SPECS = {
-    published_key(table): common.check_spec(
-        RELEASE_GATE, published_key(table), DESCRIPTION, blocking=False
-    )
+    table_key(table): common.check_spec(RELEASE_GATE, table_key(table), DESCRIPTION, blocking=False)
     for layer in LAYERS.values()
     for table in layer.tables
 }
@@ -83,14 +78,14 @@ def published_checks(context: dg.AssetCheckExecutionContext, warehouse: Warehous
     specs = {spec.asset_key: spec for spec in context.check_specs}
     outputs = common.check_outputs(context)
     for layer in LAYERS.values():
-        wanted = [t for t in layer.tables if published_key(t) in selected]
+        wanted = [t for t in layer.tables if table_key(t) in selected]
         if not wanted:
             continue
         verdicts = (
             publisher.published_versions_checked(warehouse.spark, layer, hours) if hours else {}
         )
         for table in wanted:
-            spec = specs[published_key(table)]
+            spec = specs[table_key(table)]
             targets = common.latest_materializations(context.instance, spec.asset_key, hours)
             for hour in hours or [None]:
                 verdict = verdicts.get(table, {}).get(hour)

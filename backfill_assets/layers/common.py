@@ -71,5 +71,10 @@ def digest_of(items: list[str]) -> str:
     return hashlib.sha256("\n".join(sorted(items)).encode()).hexdigest()
 
 
+def table_key(table: str) -> dg.AssetKey:
+    """The asset key of a table (``raw.payloads`` -> ``raw/payloads``)."""
+    return dg.AssetKey(table.split("."))
+
+
 def json_metadata(value: object) -> dg.MetadataValue:
     return dg.MetadataValue.json(json.loads(json.dumps(value, default=str)))

@@ -18,7 +18,7 @@ from pydantic import Field
 from backfill_assets import tags
 from backfill_assets.checks.published import release_gate_evaluations
 from backfill_assets.layers import aggregated, raw, transformed
-from backfill_assets.layers.common import json_metadata, run_lineage
+from backfill_assets.layers.common import json_metadata, run_lineage, table_key
 from backfill_assets.layers.registry import LAYERS
 from backfill_assets.partitions import InvalidHourError, hour_range, hourly_partitions, parse_hour
 from backfill_assets.publishing import audit, erasure, gates, publisher
@@ -49,10 +49,6 @@ SHADOWS = [
     aggregated.SHADOW_SESSIONS,
     aggregated.SHADOW_CLIENT_HOURLY,
 ]
-
-
-def table_key(table: str) -> dg.AssetKey:
-    return dg.AssetKey(table.split("."))
 
 
 published_tables = [
