@@ -422,10 +422,12 @@ class RunSummary:
     seconds: float
     failures: list[str] = field(default_factory=list)
     checks: dict[str, dict] = field(default_factory=dict)
+    held_back: int = 0  # hours the run's publish held back (the run itself succeeded)
 
     @property
     def success(self) -> bool:
-        return self.status == "SUCCESS"
+        """The run did everything it was asked: it succeeded and held no hour back."""
+        return self.status == "SUCCESS" and not self.held_back
 
 
 @dataclass
@@ -451,12 +453,14 @@ def run_messages(instance: dg.DagsterInstance, run_id: str, step_key: str) -> li
 
 
 def summarize_run(instance: dg.DagsterInstance, run: dg.DagsterRun) -> RunSummary:
-    """What a finished run did: its step failures (innermost cause) and check results."""
+    """What a finished run did: its step failures (innermost cause), the verdict of a publish
+    that held hours back (an expected outcome: the step succeeded) and check results."""
     failures, evaluations = [], []
-    events = instance.all_logs(
-        run.run_id,
-        of_type={dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.ASSET_CHECK_EVALUATION},
-    )
+    held_back = int(run.tags.get(tags.HELD_BACK) or 0)
+    kinds = {dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.ASSET_CHECK_EVALUATION}
+    if held_back:
+        kinds.add(dg.DagsterEventType.ASSET_MATERIALIZATION)
+    events = instance.all_logs(run.run_id, of_type=kinds)
     for record in events:
         event = record.dagster_event
         if event is None:
@@ -469,8 +473,12 @@ def summarize_run(instance: dg.DagsterInstance, run: dg.DagsterRun) -> RunSummar
                 message = cause.message.strip().splitlines()[0]
                 cause = cause.cause
             failures.append(f"{event.step_key}: {message}")
-        else:
+        elif event.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION:
             evaluations.append(event.event_specific_data)
+        elif event.asset_key == PUBLISH_KEY and record.asset_materialization is not None:
+            verdict = record.asset_materialization.metadata.get("verdict")
+            if verdict is not None:
+                failures.append(f"{event.step_key}: {verdict.value}")
     summaries = summarize(evaluations)
     per_name = collections.Counter(name for _, name in summaries)
     checks = {  # by check name; "asset name" for a name several assets' checks share
@@ -494,6 +502,7 @@ def summarize_run(instance: dg.DagsterInstance, run: dg.DagsterRun) -> RunSummar
         max(seconds, 0.0),
         failures,
         checks,
+        held_back,
     )
 
 

@@ -21,6 +21,9 @@ USER = "dagster/user"  # the Dagster user who launched the run, where the deploy
 RELEASE = f"{PREFIX}/release"  # the release a run builds into or publishes (default: backfill)
 LAYER = f"{PREFIX}/layer"  # the layer a run rebuilds (production tag concurrency)
 REQUEST_ID = f"{PREFIX}/request_id"  # every run of one launch or reconciliation request
+# set by release/publish on a run that held hours back (their count): the run succeeded as a
+# run, the release did not publish everything (an expected outcome, shown in the UI's runs)
+HELD_BACK = f"{PREFIX}/held_back_hours"
 ESTIMATE_SECONDS = f"{PREFIX}/estimate_seconds"  # the CLI's estimate before launching
 DAGSTER_BACKFILL = "dagster/backfill"
 MODES = ("backfill", "dry_run", "publish", "rollback", "vacuum", "erasure", "live")
@@ -30,12 +33,18 @@ def run_manifest(tags: Mapping[str, str]) -> dict[str, str | None]:
     """The run manifest carried into lineage and the ledger."""
     return {
         "reason": tags.get(REASON),
-        "requested_by": tags.get(REQUESTED_BY),
+        "requested_by": requested_by(tags),
         "ticket": tags.get(TICKET),
         "mode": tags.get(MODE) or ("backfill" if tags.get(DAGSTER_BACKFILL) else "live"),
         # the release the run builds into: its Dagster backfill unless tagged otherwise
         "backfill_id": tags.get(RELEASE) or tags.get(DAGSTER_BACKFILL),
     }
+
+
+def requested_by(tags: Mapping[str, str]) -> str | None:
+    """Who asked: the launcher's ``requested_by`` tag, else the Dagster user who launched
+    the run from the UI (deployments with users set ``dagster/user``)."""
+    return tags.get(REQUESTED_BY) or tags.get(USER) or None
 
 
 def release_id(tags: Mapping[str, str], run_id: str) -> str:

@@ -57,7 +57,7 @@ def test_every_asset_is_hourly_single_run_described_and_versioned(base_settings)
     assert all(spec.partitions_def == hourly_partitions for spec in checks.values())
     # the shadows' checks block the publish; the published tables show the release gate
     assert {k.asset_key for k, spec in checks.items() if spec.blocking} == set(shadows) - {
-        dg.AssetKey(["shadow", "raw_quarantine"])
+        dg.AssetKey(["shadow", "raw_quarantine_candidate"])
     }
     assert {k.asset_key for k, spec in checks.items() if not spec.blocking} == set(published)
     assert {k.name for k, spec in checks.items() if not spec.blocking} == {RELEASE_GATE}

@@ -74,7 +74,7 @@ import dagster as dg
 from backfill_assets.definitions import defs
 from backfill_assets.layers.windows import session_hours_touching
 from backfill_assets.partitions import InvalidHourError, hour_range, shift_hour
-keys = defs().resolve_assets_def(dg.AssetKey(["shadow", "raw_payloads"])).partitions_def
+keys = defs().resolve_assets_def(dg.AssetKey(["shadow", "raw_payloads_candidate"])).partitions_def
 print(len(keys.get_partition_keys()), keys.get_first_partition_key(), keys.get_last_partition_key())
 print(session_hours_touching("2026-11-20T00", "2026-11-20T01"), shift_hour("2026-11-20T00", -3))
 for first, last in (("2026-11-19T23", "2026-11-20T01"), ("2026-11-20T22", "2026-11-21T00")):

@@ -112,7 +112,13 @@ def _context(args: argparse.Namespace):
 
 
 def _show(run) -> None:
-    state = "ok" if run.success else run.status
+    state = (
+        "ok"
+        if run.success
+        else f"{run.held_back} hour(s) held back"
+        if run.status == "SUCCESS"
+        else run.status
+    )
     print(
         f"[{state}] run {run.run_id} {run.partition_range} in {run.seconds:.1f}s: "
         f"{', '.join(run.assets)}"

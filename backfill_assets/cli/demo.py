@@ -135,10 +135,13 @@ def _check_backup_root(root: str) -> None:
 
 def _label(run: RunSummary) -> str:
     """The layers a run built (from its shadow assets), or ``publish``."""
+    import dagster as dg
+
     from backfill_assets.launch import LAYERS, PUBLISH_KEY
     from backfill_assets.layers.registry import LAYERS as REGISTRY
+    from backfill_assets.publishing.tables import table_name
 
-    tables = {asset.replace("/", ".") for asset in run.assets}
+    tables = {table_name(dg.AssetKey.from_user_string(asset)) for asset in run.assets}
     names = [
         name
         for name in LAYERS
@@ -159,7 +162,8 @@ def _show(run: RunSummary) -> None:
 
         span = f"{span} ({len(hour_range(first, last)):>2} h)"
     print(
-        f"  [{'ok' if run.success else 'FAILED'}] {_label(run):<22} {span} in "
+        f"  [{'ok' if run.success else 'HELD BACK' if run.held_back else 'FAILED'}] "
+        f"{_label(run):<22} {span} in "
         f"{run.seconds:5.1f}s, checks {passed}/{len(checks)} passed, run {run.run_id}",
         flush=True,
     )
@@ -356,7 +360,7 @@ def _demo(
     print(f"\n== {step.summary()}")
     print(
         f"`make ui` shows the releases on the Backfills page, their runs, the checks, the "
-        f"lineage and the reconciliation observations (asset raw/payloads, partitions "
+        f"lineage and the reconciliation observations (asset raw/raw_payloads, partitions "
         f"{requests[0].first}..{requests[0].last})."
     )
     assert again.reconciliation is not None

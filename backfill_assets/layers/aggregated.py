@@ -35,13 +35,14 @@ from backfill_assets.layers.common import (
 from backfill_assets.layers.windows import LOOKAHEAD_HOURS, LOOKBACK_HOURS, received_window
 from backfill_assets.partitions import hourly_partitions, parse_hour
 from backfill_assets.publishing.publisher import Layer
+from backfill_assets.publishing.tables import table_key
 
 CODE_VERSION = "aggregated-1"
 GROUP = "aggregated"
-SHADOW_SESSIONS = dg.AssetKey(["shadow", "sessions"])
-SHADOW_CLIENT_HOURLY = dg.AssetKey(["shadow", "client_hourly"])
-SESSIONS = dg.AssetKey(["aggregated", "sessions"])
-CLIENT_HOURLY = dg.AssetKey(["aggregated", "client_hourly"])
+SHADOW_SESSIONS = table_key("shadow.sessions")
+SHADOW_CLIENT_HOURLY = table_key("shadow.client_hourly")
+SESSIONS = table_key("aggregated.sessions")
+CLIENT_HOURLY = table_key("aggregated.client_hourly")
 SOURCE_TABLE = transformed.TABLE
 
 # Check names (constants: the publisher gates on them, tests and the UI refer to them).

@@ -8,10 +8,12 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from backfill_assets import tags
+from backfill_assets.publishing.tables import table_key
 from backfill_assets.resources import SHADOW_IO_MANAGER
 from backfill_assets.resources.io_managers import PUBLISHED_TABLE, READER_TABLE
 
 SINGLE_RUN = dg.BackfillPolicy.single_run()
+__all__ = ["table_key"]  # the layers' and the publish step's way to a table's key
 
 
 def shadow_out(key: dg.AssetKey, *, group: str, code_version: str, description: str) -> dg.AssetOut:
@@ -69,11 +71,6 @@ def run_lineage(context: dg.AssetExecutionContext, code_version: str) -> dict:
 
 def digest_of(items: list[str]) -> str:
     return hashlib.sha256("\n".join(sorted(items)).encode()).hexdigest()
-
-
-def table_key(table: str) -> dg.AssetKey:
-    """The asset key of a table (``raw.payloads`` -> ``raw/payloads``)."""
-    return dg.AssetKey(table.split("."))
 
 
 def json_metadata(value: object) -> dg.MetadataValue:

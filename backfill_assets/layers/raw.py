@@ -18,16 +18,16 @@ from backfill_assets.layers.common import (
 from backfill_assets.partitions import hourly_partitions
 from backfill_assets.publishing import audit, erasure
 from backfill_assets.publishing.publisher import Layer
-from backfill_assets.publishing.tables import run_id
+from backfill_assets.publishing.tables import run_id, table_key
 from backfill_assets.resources.backup_store import BackupStore
 from backfill_assets.resources.warehouse import Warehouse
 
 CODE_VERSION = "raw-1"
 GROUP = "raw"
-SHADOW_PAYLOADS = dg.AssetKey(["shadow", "raw_payloads"])
-SHADOW_QUARANTINE = dg.AssetKey(["shadow", "raw_quarantine"])
-PAYLOADS = dg.AssetKey(["raw", "payloads"])
-QUARANTINE = dg.AssetKey(["raw", "quarantine"])
+SHADOW_PAYLOADS = table_key("shadow.raw_payloads")
+SHADOW_QUARANTINE = table_key("shadow.raw_quarantine")
+PAYLOADS = table_key("raw.payloads")
+QUARANTINE = table_key("raw.quarantine")
 
 # Per-partition lineage of a raw shadow materialization: what that hour read.
 MANIFEST_RECORDS = "manifest_records"

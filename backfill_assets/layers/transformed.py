@@ -20,11 +20,12 @@ from backfill_assets.layers.common import (
 from backfill_assets.layers.urls import normalize_url_column
 from backfill_assets.partitions import hourly_partitions
 from backfill_assets.publishing.publisher import Layer
+from backfill_assets.publishing.tables import table_key
 
 CODE_VERSION = "transformed-1"
 GROUP = "transformed"
-SHADOW_PAYLOADS = dg.AssetKey(["shadow", "transformed_payloads"])
-PAYLOADS = dg.AssetKey(["transformed", "payloads"])
+SHADOW_PAYLOADS = table_key("shadow.transformed_payloads")
+PAYLOADS = table_key("transformed.payloads")
 SOURCE_TABLE = "raw.payloads"
 TABLE = "transformed.payloads"
 

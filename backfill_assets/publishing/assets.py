@@ -1,6 +1,6 @@
 """The release's Dagster definitions: the published tables, the publish step, rollback.
 
-- The **published tables** (``raw/payloads`` ...) are asset specs that no run computes:
+- The **published tables** (``raw/raw_payloads`` ...) are asset specs that no run computes:
   they change only when a release is published or rolled back, and each change is
   recorded as a materialization of the (table, hour) with the publish metadata.
 - **``release/publish``** publishes one release: in a backfill, the backfill's own release
@@ -122,7 +122,7 @@ def approval_of(config: PublishConfig, run_tags: Mapping[str, str]) -> publisher
     """The approval this publish gives to change-gate findings: from the config (``approve``);
     for a whole release requested by an erasure (the request approves the removal); or given
     at launch with tag ``backfill_assets/approve_changes``."""
-    who = config.approved_by or run_tags.get(tags.REQUESTED_BY) or run_tags.get(tags.USER) or ""
+    who = config.approved_by or tags.requested_by(run_tags) or ""
     if config.approve:
         if not config.approval_reason.strip():
             raise dg.Failure(
@@ -276,26 +276,55 @@ def publish_release(
         **usage_metadata(warehouse.pyspark),
     }
     if held:
-        named = sorted(held.items())
-        approve_hint = (
-            f". {len(waiting)} of them wait for approval of their change: "
-            f"backfill-assets approve --backfill {release} --reason '...' (or launch "
-            f"release/publish with approve: true)"
-            if waiting
-            else ""
-        )
-        raise dg.Failure(
-            description=(
-                f"release {release}: {len(held)} hour(s) held back, their published data "
-                f"unchanged: "
-                + "; ".join(f"{key} ({reasons[0][:300]})" for key, reasons in named[:10])
-                + (f"; ... and {len(named) - 10} more" if len(named) > 10 else "")
-                + approve_hint
-            ),
-            metadata=metadata,
-            allow_retries=False,
-        )
+        # An expected outcome, not a crash: the step ends with the verdict (run tag, warning,
+        # metadata, red release_gate evaluations) and no stack trace; the CLI and the run
+        # summaries count the run as not successful (launch.summarize_run).
+        verdict = held_back_verdict(release, held, waiting)
+        context.log.warning(verdict)
+        context.instance.add_run_tags(context.run_id, {tags.HELD_BACK: str(len(held))})
+        metadata["verdict"] = verdict
+    metadata.update(release_report(context, layers, release, held))
     yield dg.MaterializeResult(metadata=metadata)
+
+
+def release_report(
+    context: dg.AssetExecutionContext,
+    layers: Sequence[publisher.Layer],
+    release: str,
+    held: Mapping[str, list[str]],
+) -> dict[str, dg.MetadataValue]:
+    """The release's report (``backfill-assets report``) as Markdown metadata, shown on the
+    publish's materialization in the UI. The ledger transaction is committed by now: a
+    report that cannot be built is a warning, never a failed publish."""
+    from backfill_assets.reporting.report import build_report
+
+    try:
+        report = build_report(context.instance, layers, backfill_id=release, held=held)
+        return {"report": dg.MetadataValue.md(report.markdown(chart=None))}
+    except Exception as exc:  # the publish itself succeeded
+        context.log.warning(
+            f"release {release}: no report attached ({exc}); run backfill-assets report "
+            f"--backfill {release}"
+        )
+        return {}
+
+
+def held_back_verdict(release: str, held: Mapping[str, list[str]], waiting: list[str]) -> str:
+    """One paragraph naming the held-back hours (the first ten) and their first reason."""
+    named = sorted(held.items())
+    approve_hint = (
+        f". {len(waiting)} of them wait for approval of their change: "
+        f"backfill-assets approve --backfill {release} --reason '...' (or launch "
+        f"release/publish with approve: true)"
+        if waiting
+        else ""
+    )
+    return (
+        f"release {release}: {len(held)} hour(s) held back, their published data unchanged: "
+        + "; ".join(f"{key} ({reasons[0][:300]})" for key, reasons in named[:10])
+        + (f"; ... and {len(named) - 10} more" if len(named) > 10 else "")
+        + approve_hint
+    )
 
 
 def purge_erased(context: dg.AssetExecutionContext, spark, warehouse_dir: str, release: str):
@@ -391,7 +420,7 @@ def rollback_op(context: dg.OpExecutionContext, config: RollbackConfig, warehous
     manifest = {
         "reason": config.reason or None,
         "ticket": config.ticket or None,
-        "requested_by": config.requested_by or context.run.tags.get(tags.REQUESTED_BY),
+        "requested_by": config.requested_by or tags.requested_by(context.run.tags),
         "mode": "rollback",
     }
     try:

@@ -71,7 +71,7 @@ def erase_op(
     if not config.reason.strip():
         raise dg.Failure(description="an erasure needs a reason", allow_retries=False)
     spark = warehouse.spark
-    requested_by = config.requested_by or context.run.tags.get(tags.REQUESTED_BY) or ""
+    requested_by = config.requested_by or tags.requested_by(context.run.tags) or ""
     record = {
         "erasure_id": context.run_id,
         "client_id": config.client_id,

@@ -33,8 +33,34 @@ def identifier(name: str) -> str:
     return name
 
 
+# Asset keys a person can read in the graph, whose labels are the keys' last parts: a
+# shadow (the run-scoped candidates) ends in ``_candidate``, a published table names its
+# layer. One table per key and one key per table; tables outside this list (the audit
+# ledger's) map as <database>/<table>.
+TABLE_KEYS: dict[str, dg.AssetKey] = {
+    "shadow.raw_payloads": dg.AssetKey(["shadow", "raw_payloads_candidate"]),
+    "shadow.raw_quarantine": dg.AssetKey(["shadow", "raw_quarantine_candidate"]),
+    "shadow.transformed_payloads": dg.AssetKey(["shadow", "transformed_payloads_candidate"]),
+    "shadow.sessions": dg.AssetKey(["shadow", "sessions_candidate"]),
+    "shadow.client_hourly": dg.AssetKey(["shadow", "client_hourly_candidate"]),
+    "raw.payloads": dg.AssetKey(["raw", "raw_payloads"]),
+    "raw.quarantine": dg.AssetKey(["raw", "raw_quarantine"]),
+    "transformed.payloads": dg.AssetKey(["transformed", "transformed_payloads"]),
+    "aggregated.sessions": dg.AssetKey(["aggregated", "sessions"]),
+    "aggregated.client_hourly": dg.AssetKey(["aggregated", "client_hourly"]),
+}
+_KEY_TABLES = {key: table for table, key in TABLE_KEYS.items()}
+
+
+def table_key(table: str) -> dg.AssetKey:
+    """The asset key of a table (``raw.payloads`` -> ``raw/raw_payloads``)."""
+    return TABLE_KEYS.get(table) or dg.AssetKey(list(split_table(table)))
+
+
 def table_name(key: dg.AssetKey) -> str:
-    """``AssetKey(["raw", "payloads"])`` -> ``raw.payloads`` (database, table)."""
+    """The table of an asset key (``raw/raw_payloads`` -> ``raw.payloads``), validated."""
+    if key in _KEY_TABLES:
+        return _KEY_TABLES[key]
     if len(key.path) != 2:
         raise UnsafeValueError(f"asset key {key.to_user_string()} is not <database>/<table>")
     return ".".join(identifier(part) for part in key.path)

@@ -67,3 +67,25 @@ def rows_chart(
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)
     return path
+
+
+def rows_bars(
+    series: Mapping[str, Sequence[tuple[str, int | None, int | None]]], width: int = 24
+) -> list[str]:
+    """The same chart as text (the Dagster UI's Markdown shows no inline images): per
+    table, one line per hour with bars of rows before and after, scaled to the table's
+    largest count."""
+    lines: list[str] = []
+    for table, points in series.items():
+        top = max((max(b or 0, a or 0) for _, b, a in points), default=0)
+        if not top:
+            continue
+        lines += [table, f"{'hour':<13}  {'before':<{width + 10}}  after"]
+        for hour, before, after in points:
+            cells = []
+            for value in (before, after):
+                bar = "█" * round(width * (value or 0) / top)
+                cells.append(f"{bar:<{width}} {'-' if value is None else f'{value:,}':>9}")
+            lines.append(f"{hour:<13}  {cells[0]}  {cells[1]}")
+        lines.append("")
+    return lines[:-1]

@@ -34,7 +34,8 @@ from backfill_assets import tags
 from backfill_assets.checks.outcomes import summarize
 from backfill_assets.layers.raw import MANIFEST_RECORDS
 from backfill_assets.publishing.publisher import Layer
-from backfill_assets.reporting.chart import rows_chart
+from backfill_assets.publishing.tables import UnsafeValueError, table_key, table_name
+from backfill_assets.reporting.chart import rows_bars, rows_chart
 from backfill_assets.reporting.diff import DiffCounts
 from backfill_assets.resources.io_managers import ROWS
 from backfill_assets.resources.spark import (
@@ -44,7 +45,6 @@ from backfill_assets.resources.spark import (
 )
 from backfill_assets.sensors.findings import REQUEST_ID_TAG, describe_hours
 from backfill_assets.sensors.state import (
-    asset_key,
     latest_by_partition,
     metadata_value,
     partition_facts,
@@ -153,7 +153,10 @@ def _plain(value: Any) -> Any:
 
 
 def _table_of(key: dg.AssetKey) -> str:
-    return key.to_user_string().replace("/", ".")
+    try:
+        return table_name(key)
+    except UnsafeValueError:  # not a table (an asset of another code location)
+        return key.to_user_string()
 
 
 @dataclass
@@ -205,7 +208,11 @@ def collect_run(
                 if key in meta:
                     value = float(metadata_value(meta, key) or 0)
                     summary.spark[key] = max(summary.spark.get(key, 0.0), value)
-            if table in shadows:
+            if table == PUBLISH_ASSET.replace("/", "."):  # the verdict on held-back hours
+                _collect_held(collected, meta.get("held_back"))
+                if "verdict" in meta:
+                    summary.failures.append(f"{event.step_key}: {metadata_value(meta, 'verdict')}")
+            elif table in shadows:
                 # whole-run facts on every hour's event; the hour's own counts on its event
                 written = next((w for w in summary.written if w["table"] == table), None)
                 if written is None:
@@ -247,15 +254,19 @@ def collect_run(
                 else (error.message.strip().splitlines()[0] if error else "step failed")
             )
             summary.failures.append(f"{event.step_key}: {text}")
-            held = _plain((user.metadata if user else {}).get("held_back")) or {}
-            for key, reasons in dict(held).items():
-                layer, _, hour = str(key).partition(" ")
-                collected.held[(layer, hour)] = [str(r) for r in reasons]
+            _collect_held(collected, (user.metadata if user else {}).get("held_back"))
     summary.checks = [
         CheckOutcome(c.name, c.asset, c.passed, c.severity, c.description, c.failing)
         for c in summarize(evaluations).values()
     ]
     return summary
+
+
+def _collect_held(collected: _Collected, held_back: Any) -> None:
+    """The held-back hours of a publish's ``held_back`` metadata ("layer hour" -> reasons)."""
+    for key, reasons in dict(_plain(held_back) or {}).items():
+        layer, _, hour = str(key).partition(" ")
+        collected.held[(layer, hour)] = [str(r) for r in reasons]
 
 
 def _records(instance: dg.DagsterInstance, release_id: str) -> list[dg.RunRecord]:
@@ -278,7 +289,7 @@ def _publishers(
         return []
     for table in tables:
         page = instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=asset_key(table), asset_partitions=list(hours)),
+            dg.AssetRecordsFilter(asset_key=table_key(table), asset_partitions=list(hours)),
             limit=1000,
         )
         for record in page.records:
@@ -593,10 +604,16 @@ class BackfillReport:
         return "\n".join(lines).rstrip() + "\n"
 
     def markdown(self, chart: str | None = CHART_NAME) -> str:
+        """The report in Markdown; ``chart``: the PNG's file name, or None for the chart
+        drawn in text (where no image can be shown: the Dagster UI's metadata)."""
         lines = [f"# Backfill report: {self.ident}", "", "## Summary", ""]
         lines += [f"- {line}" for line in [*self.headline(), *self.truth, *self.held_back()]]
         if chart:
             lines += ["", f"![rows per hour, before and after]({chart})"]
+        else:
+            bars = rows_bars(self.chart_series())
+            if bars:
+                lines += ["", "## Rows per hour, before and after", "", "```", *bars, "```"]
         partitions = self._partition_lines(md=True)
         if partitions:
             what = "candidate vs published" if self.dry_run else "published before vs after"
@@ -663,7 +680,7 @@ def _check_reasons(runs: Sequence[RunSummary], layer: Layer) -> dict[str, list[s
     reasons: dict[str, list[str]] = {}
     for run in runs:
         for check in run.checks:
-            if check.asset.replace("/", ".") not in shadows:
+            if _table_of(dg.AssetKey.from_user_string(check.asset)) not in shadows:
                 continue
             for hour, why in check.failing.items():
                 reasons.setdefault(hour, []).append(f"{check.name}: {why}")
@@ -677,10 +694,13 @@ def collect_release(
     *,
     diff: DiffFn | None = None,
     ident: str | None = None,
+    held: Mapping[str, Sequence[str]] | None = None,
 ) -> BackfillReport:
-    """The report of release ``release_id`` (``diff``: per-key diff of a dry run)."""
+    """The report of release ``release_id`` (``diff``: per-key diff of a dry run; ``held``:
+    the publish's held-back hours when it reports before its own result is stored)."""
     records = runs_of_release(instance, release_id)
     collected = _Collected()
+    _collect_held(collected, held)
     runs = [collect_run(instance, r, layers, release_id, collected) for r in records]
     written = {w["table"]: w for run in runs for w in run.written}
     hours_of = {
@@ -720,7 +740,7 @@ def collect_release(
             candidate = (written.get(shadow) or {}).get("per_hour", {})
             before = latest_by_partition(
                 instance,
-                asset_key(table),
+                table_key(table),
                 hours,
                 before=None if dry_run else _just_before(collected.published_at),
             )
@@ -763,9 +783,10 @@ def build_report(
     run_id: str | None = None,
     backfill_id: str | None = None,
     diff: DiffFn | None = None,
+    held: Mapping[str, Sequence[str]] | None = None,
 ) -> BackfillReport:
     """The report of release ``backfill_id``, or of the release ``run_id`` belongs to (a run
-    outside a backfill is a release of its own)."""
+    outside a backfill is a release of its own); ``held``: see ``collect_release``."""
     if (run_id is None) == (backfill_id is None):
         raise ReportError("give a run id or a backfill id (exactly one)")
     if run_id is not None:
@@ -776,5 +797,5 @@ def build_report(
             )
         release = tags.release_id(record.dagster_run.tags, run_id)
         ident = f"run {run_id}" + (f" (release {release})" if release != run_id else "")
-        return collect_release(instance, release, layers, diff=diff, ident=ident)
-    return collect_release(instance, backfill_id or "", layers, diff=diff)
+        return collect_release(instance, release, layers, diff=diff, ident=ident, held=held)
+    return collect_release(instance, backfill_id or "", layers, diff=diff, held=held)

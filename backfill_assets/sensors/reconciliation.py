@@ -5,7 +5,7 @@ backup hours with what is published (``sensors.findings``), reading only the bac
 and the Dagster instance: it never starts Spark in the daemon. It then
 
 - records its findings where the UI shows them: one ``AssetObservation`` per hour with
-  findings on the layer's first published table (e.g. ``raw/payloads``), with the
+  findings on the layer's first published table (e.g. ``raw/raw_payloads``), with the
   findings and what the sensor did about them, and a "resolved" one when they are gone;
 - submits one **release** (a Dagster asset backfill, the one the UI launches: see
   ``launch.submit_backfill``) rooted at the damaged hours of the topmost damaged layer,
@@ -33,6 +33,7 @@ from backfill_assets import tags
 from backfill_assets.layers import registry
 from backfill_assets.partitions import hour_range
 from backfill_assets.publishing.publisher import Layer
+from backfill_assets.publishing.tables import table_key
 from backfill_assets.resources.backup_store import BackupStore
 from backfill_assets.sensors.findings import (
     RangeRequest,
@@ -42,7 +43,6 @@ from backfill_assets.sensors.findings import (
 )
 from backfill_assets.sensors.orphans import fail_orphaned_runs
 from backfill_assets.sensors.state import (
-    asset_key,
     layer_asset_keys,
     published_from_instance,
     reconcile,
@@ -172,7 +172,7 @@ def _observations(
     by_hour: dict[tuple[str, str], list] = {}
     for finding in result.findings:
         by_hour.setdefault((finding.layer, finding.hour), []).append(finding)
-    keys = {layer.name: asset_key(layer.pairs[0][1]) for layer in layers}
+    keys = {layer.name: table_key(layer.pairs[0][1]) for layer in layers}
     window = set(result.window.hours)
     events: list[dg.AssetObservation] = []
     reported: dict[str, dict[str, str]] = {}
@@ -234,7 +234,7 @@ def _health_observations(
             continue
         events.append(
             dg.AssetObservation(
-                asset_key=asset_key(layer.pairs[0][1]),
+                asset_key=table_key(layer.pairs[0][1]),
                 description=f"reconciliation health: {numbers['completeness']:.1%} complete",
                 metadata={
                     **{k: v if v is not None else "" for k, v in numbers.items()},

@@ -26,6 +26,7 @@ from backfill_assets.layers.raw import ERASED_LINES, HOUR_INPUT_FILES, INPUT_FIL
 from backfill_assets.partitions import InvalidHourError, backup_hour_path, hour_range, parse_hour
 from backfill_assets.partitions import shift_hour as _shift
 from backfill_assets.publishing.publisher import Layer
+from backfill_assets.publishing.tables import table_key
 from backfill_assets.resources.backup_store import BackupStore
 from backfill_assets.sensors.findings import (
     RANGE_END_TAG,
@@ -50,11 +51,6 @@ ACTIVE_STATUSES = [
 ]
 PAGE = 500
 UNPUBLISHED = "unpublished"  # status of a rollback that removed the partition
-
-
-def asset_key(table: str) -> dg.AssetKey:
-    """``raw.payloads`` -> ``AssetKey(["raw", "payloads"])`` (tables are <db>.<table>)."""
-    return dg.AssetKey(table.split("."))
 
 
 # ------------------------------------------------------------------------- backup tree
@@ -248,11 +244,11 @@ def published_from_instance(
     result: dict[str, dict[str, Published]] = {}
     for index, layer in enumerate(layers):
         tables = [published for _, published in layer.pairs]
-        latest = {table: latest_by_partition(instance, asset_key(table), hours) for table in tables}
+        latest = {table: latest_by_partition(instance, table_key(table), hours) for table in tables}
         main = latest[tables[0]]
         read_by_hour: dict[str, tuple[dict | None, str | None, int]] = {}
         if index == 0:  # the backup-reading layer: which files did each hour's version read?
-            shadow = asset_key(layer.checked_table)
+            shadow = table_key(layer.checked_table)
             for hour, state in sorted(main.items()):
                 if state["version"]:
                     read_by_hour[hour] = _read_files(instance, shadow, state["version"], hour)

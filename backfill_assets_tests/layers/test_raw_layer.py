@@ -67,7 +67,7 @@ def test_range_runs_once_and_publishes_exactly_the_valid_lines(
     assert sorted((r.file, r.line_number) for r in quarantined) == sorted(malformed)
     assert all(r.reason for r in quarantined)
     assert instance.get_materialized_partitions(PAYLOADS) == set(HOURS)
-    raw_run = release.run_of("shadow/raw_payloads")
+    raw_run = release.run_of("shadow/raw_payloads_candidate")
     # the whole range in ONE run, then the release's one publish step
     assert len(instance.get_runs()) == len(release.runs) == 2
     assert raw_run.partition_range == f"{FIRST}..{LAST}"
@@ -238,7 +238,7 @@ def test_dry_run_publishes_nothing_then_publish_uses_the_checked_versions(
 
     assert published.success, published.failures
     assert [r.assets for r in published.runs] == [["release/publish"]]  # nothing rebuilt
-    version = dry.run_of("shadow/raw_payloads").run_id
+    version = dry.run_of("shadow/raw_payloads_candidate").run_id
     assert all(f"version={version}" in loc for loc in locations(spark).values())
     row = audit.read(spark, audit.PUBLICATIONS).where(F.col("phase") == "commit").first()
     assert row.version == version and row.mode == "publish"

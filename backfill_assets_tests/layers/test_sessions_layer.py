@@ -149,8 +149,8 @@ def test_releases_build_the_three_layers_one_run_per_range(spark, built: Scenari
     assert published_hours(spark, "aggregated.client_hourly") == SESSION_HOURS
     assert built.instance.get_materialized_partitions(aggregated.SESSIONS) == set(SESSION_HOURS)
     run_ids = {
-        "transformed": received.run_of("shadow/transformed_payloads").run_id,
-        "aggregated": sessions.run_of("shadow/sessions").run_id,
+        "transformed": received.run_of("shadow/transformed_payloads_candidate").run_id,
+        "aggregated": sessions.run_of("shadow/sessions_candidate").run_id,
     }
     for table, layer, version in (
         ("transformed.payloads", "transformed", "transformed-1"),
@@ -409,8 +409,8 @@ def test_backfill_rebuilds_exactly_the_touched_session_hours_identically(
     assert changed == {("transformed.payloads", DAMAGED)} | {
         (t, h) for t in tables[2:] for h in TOUCHED
     }
-    old_sessions = built.sessions.run_of("shadow/sessions").run_id
-    new_sessions = release.run_of("shadow/sessions").run_id
+    old_sessions = built.sessions.run_of("shadow/sessions_candidate").run_id
+    new_sessions = release.run_of("shadow/sessions_candidate").run_id
     for table in ("shadow.sessions", "shadow.client_hourly"):
         initial, rebuilt = (
             checksums(spark, table, old_sessions),
@@ -418,8 +418,8 @@ def test_backfill_rebuilds_exactly_the_touched_session_hours_identically(
         )
         assert sorted(rebuilt) == TOUCHED
         assert {h: initial[h] for h in TOUCHED} == rebuilt
-    old_transformed = built.received.run_of("shadow/transformed_payloads").run_id
-    new_transformed = release.run_of("shadow/transformed_payloads").run_id
+    old_transformed = built.received.run_of("shadow/transformed_payloads_candidate").run_id
+    new_transformed = release.run_of("shadow/transformed_payloads_candidate").run_id
     assert (
         checksums(spark, "shadow.transformed_payloads", new_transformed)[DAMAGED]
         == checksums(spark, "shadow.transformed_payloads", old_transformed)[DAMAGED]
@@ -451,7 +451,7 @@ def test_failing_check_holds_back_the_hour_and_names_it(spark, built, monkeypatc
     after = locations(spark, tables, [bad_hour, good_hour])
     assert all(after[(t, bad_hour)] == before[(t, bad_hour)] for t in tables)
     assert all(after[(t, good_hour)] != before[(t, good_hour)] for t in tables)
-    run_id = release.run_of("shadow/sessions").run_id
+    run_id = release.run_of("shadow/sessions_candidate").run_id
     results = (
         audit.read(spark, audit.CHECK_RESULTS)
         .where((F.col("run_id") == run_id) & (F.col("check_name") == aggregated.SESSIONS_DURATION))

@@ -10,6 +10,7 @@ import pytest
 import zstandard
 from pyspark.sql import functions as F
 
+from backfill_assets import tags
 from backfill_assets.partitions import backup_hour_path
 from backfill_assets.publishing import audit, gates
 from backfill_assets.publishing.assets import PublishConfig, approval_of
@@ -97,11 +98,16 @@ def test_a_gate_holds_a_large_change_until_approved_and_lets_a_small_one_through
     now = partition_locations(spark, "raw.payloads")
     assert now[LARGE] == before[LARGE]  # unchanged while it waits
     assert now[SMALL] != before[SMALL]
-    failed = instance.all_logs(
-        release.run_of("release/publish").run_id, of_type=dg.DagsterEventType.STEP_FAILURE
-    )
-    metadata = failed[0].dagster_event.step_failure_data.user_failure_data.metadata
+    # an expected outcome, not a crash: the run succeeded, tagged, the verdict in metadata
+    publish_run = instance.get_run_by_id(release.run_of("release/publish").run_id)
+    assert publish_run.status == dg.DagsterRunStatus.SUCCESS
+    assert publish_run.tags[tags.HELD_BACK] == "1"
+    assert not instance.all_logs(publish_run.run_id, of_type=dg.DagsterEventType.STEP_FAILURE)
+    published = instance.get_latest_materialization_event(dg.AssetKey(["release", "publish"]))
+    assert published.run_id == publish_run.run_id
+    metadata = published.asset_materialization.metadata
     assert metadata["awaiting_approval"].value == [f"raw {LARGE}"]
+    assert metadata["verdict"].value in failure
 
     # Approved: published by the same release, the approval on record with who and why.
     approved = run_release(

@@ -16,7 +16,7 @@ from backfill_assets.layers import aggregated, raw
 from backfill_assets.layers.registry import LAYERS
 from backfill_assets.partitions import hour_range
 from backfill_assets.publishing import audit, publisher
-from backfill_assets.publishing.tables import partition_locations
+from backfill_assets.publishing.tables import partition_locations, table_key
 from backfill_assets.reporting import expected
 
 FIRST, LAST = "2026-11-20T00", "2026-11-20T06"
@@ -104,7 +104,7 @@ def test_dry_run_publish_and_rollback_of_a_release_across_every_layer(
     assert publisher.verify(spark, TABLES) == []
     # reported to Dagster in the publish format: the sensor sees the restored version
     record = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=dg.AssetKey(["raw", "payloads"]), asset_partitions=[LATE]),
+        dg.AssetRecordsFilter(asset_key=table_key("raw.payloads"), asset_partitions=[LATE]),
         limit=1,
     ).records[0]
     metadata = record.asset_materialization.metadata

@@ -8,11 +8,20 @@ from backfill_assets.publishing import tables
 
 
 def test_table_names_come_from_two_part_asset_keys():
-    assert tables.table_name(dg.AssetKey(["raw", "payloads"])) == "raw.payloads"
+    assert tables.table_name(dg.AssetKey(["audit", "publications"])) == "audit.publications"
     with pytest.raises(tables.UnsafeValueError):
         tables.table_name(dg.AssetKey(["raw", "payloads; drop table x"]))
     with pytest.raises(tables.UnsafeValueError):
         tables.table_name(dg.AssetKey(["payloads"]))
+
+
+def test_each_table_has_one_readable_key_and_back():
+    assert tables.table_key("raw.payloads") == dg.AssetKey(["raw", "raw_payloads"])
+    assert tables.table_key("shadow.raw_payloads").path[-1] == "raw_payloads_candidate"
+    labels = [key.path[-1] for key in tables.TABLE_KEYS.values()]  # what the graph shows
+    assert len(set(labels)) == len(labels)
+    for table, key in tables.TABLE_KEYS.items():
+        assert tables.table_name(key) == table
 
 
 def test_partition_spec_accepts_only_valid_hours_and_run_ids():

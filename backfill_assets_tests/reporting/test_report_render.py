@@ -45,7 +45,7 @@ def _runs(mode: str = "backfill") -> list[RunSummary]:
         checks=[
             CheckOutcome(
                 "raw_manifest_reconciliation",
-                "shadow/raw_payloads",
+                "shadow/raw_payloads_candidate",
                 False,
                 "WARN",
                 "1 of 2 hour(s) fail: 2026-11-20T10",
@@ -69,7 +69,7 @@ def _runs(mode: str = "backfill") -> list[RunSummary]:
         runs.append(
             RunSummary(
                 run_id="run-pub",
-                status="FAILURE",
+                status="SUCCESS",  # held-back hours are an outcome, not a failed run
                 layers=[],
                 hours=[],
                 manifest=manifest,
@@ -117,7 +117,7 @@ def test_the_report_says_what_was_published_held_back_and_why(tmp_path: Path) ->
     assert "manifest: reason late files; requested by alice; ticket OPS-1; backfill rel-1" in text
     assert "partitions (published before vs after):" in text
     assert f"2026-11-20T10  raw.payloads             50     50      +0  held back: {HELD}" in text
-    assert "run run-pub - publish - - FAILURE - mode backfill - 2.0 s" in text
+    assert "run run-pub - publish - - SUCCESS - mode backfill - 2.0 s" in text
     assert "failure: release__publish: release rel-1: 1 hour(s) held back" in text
 
     markdown, chart = report.write(tmp_path / "out")

@@ -55,7 +55,7 @@ class Scenario:
 
     @property
     def live_run_id(self) -> str:  # the run that built the raw shadows
-        return self.live.run_of("shadow/raw_payloads").run_id
+        return self.live.run_of("shadow/raw_payloads_candidate").run_id
 
     @property
     def publish_run_id(self) -> str:

@@ -5,7 +5,7 @@ releases of generated backups: the first publishes hours 00..05, the second repa
 02..04 while hour 03 has a corrupt file, so its checks hold that hour back. As an
 operator: the catalog lists the layers; a shadow check's partitions show hour 03 red
 among green hours with its reason; the published table's release gate says why the hour
-kept its previous version.
+kept its previous version; the publish's report says what the release did, hour by hour.
 
 Screenshots: on failure into ``var/test-artifacts/ui``; with ``UPDATE_SCREENSHOTS=1``
 (the README's pictures) into ``docs/screenshots``.
@@ -99,7 +99,7 @@ def test_an_operator_sees_each_hours_checks_and_why_an_hour_was_held_back(consol
     picture(page, "catalog")
 
     # the shadow's manifest check: hour 03 failed among passing hours, with its reason
-    open_page(page, f"{console}/assets/shadow/raw_payloads?view=checks")
+    open_page(page, f"{console}/assets/shadow/raw_payloads_candidate?view=checks")
     page.get_by_text("raw_manifest_reconciliation", exact=True).first.click()
     page.get_by_text("Partitions", exact=True).nth(1).click()  # the check's tab
     page.get_by_text("Failed (1)").wait_for()
@@ -109,9 +109,18 @@ def test_an_operator_sees_each_hours_checks_and_why_an_hour_was_held_back(consol
     page.get_by_text("1 unreadable/corrupt file(s)").first.wait_for()
 
     # the published table's release gate names the release that could not repair it
-    open_page(page, f"{console}/assets/raw/payloads?view=checks")
+    open_page(page, f"{console}/assets/raw/raw_payloads?view=checks")
     page.get_by_text("Partitions", exact=True).nth(1).click()  # the check's tab
     page.get_by_text("Failed (1)").wait_for()
     page.locator(f':text-is("{BAD}"):visible').last.click()
     page.get_by_text("held back from release", exact=False).first.wait_for()
     picture(page, "release-gate")
+
+    # the release's report on the publish: what was published, what was held back and why
+    open_page(page, f"{console}/assets/release/publish")
+    page.get_by_text("[Show Markdown]").first.click()
+    report = page.get_by_role("dialog")
+    report.get_by_text("Rows per hour, before and after").wait_for()
+    assert report.get_by_text(f"held back: raw {BAD}: raw_manifest_reconciliation").is_visible()
+    report.get_by_role("heading").first.scroll_into_view_if_needed()
+    picture(page, "report")
