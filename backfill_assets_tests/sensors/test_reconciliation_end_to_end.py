@@ -30,6 +30,7 @@ from backfill_assets.layers import raw, registry
 from backfill_assets.layers.windows import session_hours_touching
 from backfill_assets.partitions import backup_hour_path, hour_range
 from backfill_assets.publishing import audit
+from backfill_assets.publishing.tables import table_key
 from backfill_assets.reporting import expected
 from backfill_assets.reporting.diff import diff_layer
 from backfill_assets.reporting.estimate import estimate
@@ -201,9 +202,7 @@ def test_before_the_late_files_land_the_sensor_sees_nothing_without_spark(
     assert evaluation.requests == [] and drift(evaluation) == []
     # each layer's health, once (until it changes): every hour of the window in order
     health = {e.asset_key: e.metadata for e in evaluation.result.asset_events}
-    assert set(health) == {
-        dg.AssetKey(layer.pairs[0][1].split(".")) for layer in registry.LAYERS.values()
-    }
+    assert set(health) == {table_key(layer.pairs[0][1]) for layer in registry.LAYERS.values()}
     assert all(m["completeness"].value == 1.0 for m in health.values())
     assert all(m["damaged_hours"].value == 0 for m in health.values())
     again = evaluate(scenario, scenario.backups, evaluation.result.cursor)
