@@ -13,9 +13,9 @@ from collections.abc import Iterator, Sequence
 import dagster as dg
 
 from backfill_assets.checks import common
-from backfill_assets.layers.common import table_key
 from backfill_assets.layers.registry import LAYERS
 from backfill_assets.publishing import publisher
+from backfill_assets.publishing.tables import table_key
 from backfill_assets.resources.warehouse import Warehouse
 
 RELEASE_GATE = "release_gate"

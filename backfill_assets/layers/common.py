@@ -8,12 +8,10 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from backfill_assets import tags
-from backfill_assets.publishing.tables import table_key
 from backfill_assets.resources import SHADOW_IO_MANAGER
 from backfill_assets.resources.io_managers import PUBLISHED_TABLE, READER_TABLE
 
 SINGLE_RUN = dg.BackfillPolicy.single_run()
-__all__ = ["table_key"]  # the layers' and the publish step's way to a table's key
 
 
 def shadow_out(key: dg.AssetKey, *, group: str, code_version: str, description: str) -> dg.AssetOut:

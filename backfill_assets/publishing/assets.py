@@ -18,11 +18,12 @@ from pydantic import Field
 from backfill_assets import tags
 from backfill_assets.checks.published import release_gate_evaluations
 from backfill_assets.layers import aggregated, raw, transformed
-from backfill_assets.layers.common import json_metadata, run_lineage, table_key
+from backfill_assets.layers.common import json_metadata, run_lineage
 from backfill_assets.layers.registry import LAYERS
 from backfill_assets.partitions import InvalidHourError, hour_range, hourly_partitions, parse_hour
 from backfill_assets.publishing import audit, erasure, gates, publisher
 from backfill_assets.publishing.lock import PUBLISH_POOL
+from backfill_assets.publishing.tables import table_key
 from backfill_assets.resources.spark import usage_metadata
 from backfill_assets.resources.warehouse import Warehouse
 

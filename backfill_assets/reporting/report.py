@@ -32,6 +32,7 @@ import dagster as dg
 
 from backfill_assets import tags
 from backfill_assets.checks.outcomes import summarize
+from backfill_assets.launch import PUBLISH_KEY
 from backfill_assets.layers.raw import MANIFEST_RECORDS
 from backfill_assets.publishing.publisher import Layer
 from backfill_assets.publishing.tables import UnsafeValueError, table_key, table_name
@@ -54,7 +55,6 @@ CHART_NAME = "rows_per_hour.png"
 # Gathered from the raw shadow's per-hour events (``layers.raw.MANIFEST_RECORDS``).
 MANIFEST_RECORDS_PER_HOUR = "manifest_records_per_hour"
 REPORT_NAME = "report.md"
-PUBLISH_ASSET = "release/publish"
 _EVENTS = {
     dg.DagsterEventType.ASSET_MATERIALIZATION,
     dg.DagsterEventType.ASSET_CHECK_EVALUATION,
@@ -192,7 +192,7 @@ def collect_run(
         manifest=manifest,
         started=record.start_time,
         ended=record.end_time,
-        publishes=PUBLISH_ASSET.replace("/", ".") in selection,
+        publishes=PUBLISH_KEY in (run.asset_selection or ()),
     )
     shadows = {shadow for layer in layers for shadow, _ in layer.pairs}
     published = {table for layer in layers for table in layer.tables}
@@ -208,7 +208,7 @@ def collect_run(
                 if key in meta:
                     value = float(metadata_value(meta, key) or 0)
                     summary.spark[key] = max(summary.spark.get(key, 0.0), value)
-            if table == PUBLISH_ASSET.replace("/", "."):  # the verdict on held-back hours
+            if mat.asset_key == PUBLISH_KEY:  # the verdict on held-back hours
                 _collect_held(collected, meta.get("held_back"))
                 if "verdict" in meta:
                     summary.failures.append(f"{event.step_key}: {metadata_value(meta, 'verdict')}")
@@ -254,6 +254,7 @@ def collect_run(
                 else (error.message.strip().splitlines()[0] if error else "step failed")
             )
             summary.failures.append(f"{event.step_key}: {text}")
+            # releases published before held-back hours ended the step successfully
             _collect_held(collected, (user.metadata if user else {}).get("held_back"))
     summary.checks = [
         CheckOutcome(c.name, c.asset, c.passed, c.severity, c.description, c.failing)

@@ -1,0 +1,1 @@
+"""Browser tests: the Dagster UI as the operator's console."""
