@@ -423,11 +423,13 @@ class RunSummary:
     failures: list[str] = field(default_factory=list)
     checks: dict[str, dict] = field(default_factory=dict)
     held_back: int = 0  # hours the run's publish held back (the run itself succeeded)
+    refused: list[str] = field(default_factory=list)  # steps that ended without building
 
     @property
     def success(self) -> bool:
-        """The run did everything it was asked: it succeeded and held no hour back."""
-        return self.status == "SUCCESS" and not self.held_back
+        """The run did everything it was asked: it succeeded, refused nothing and held no
+        hour back."""
+        return self.status == "SUCCESS" and not self.held_back and not self.refused
 
 
 @dataclass
@@ -453,10 +455,12 @@ def run_messages(instance: dg.DagsterInstance, run_id: str, step_key: str) -> li
 
 
 def summarize_run(instance: dg.DagsterInstance, run: dg.DagsterRun) -> RunSummary:
-    """What a finished run did: its step failures (innermost cause), the verdict of a publish
-    that held hours back (an expected outcome: the step succeeded) and check results."""
+    """What a finished run did: its step failures (innermost cause), the verdicts of steps
+    that refused to build and of a publish that held hours back (expected outcomes: the
+    steps succeeded) and check results."""
     failures, evaluations = [], []
     held_back = int(run.tags.get(tags.HELD_BACK) or 0)
+    refused = [line for line in (run.tags.get(tags.REFUSED) or "").splitlines() if line]
     kinds = {dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.ASSET_CHECK_EVALUATION}
     if held_back:
         kinds.add(dg.DagsterEventType.ASSET_MATERIALIZATION)
@@ -479,6 +483,7 @@ def summarize_run(instance: dg.DagsterInstance, run: dg.DagsterRun) -> RunSummar
             verdict = record.asset_materialization.metadata.get("verdict")
             if verdict is not None:
                 failures.append(f"{event.step_key}: {verdict.value}")
+    failures += refused
     summaries = summarize(evaluations)
     per_name = collections.Counter(name for _, name in summaries)
     checks = {  # by check name; "asset name" for a name several assets' checks share
@@ -503,6 +508,7 @@ def summarize_run(instance: dg.DagsterInstance, run: dg.DagsterRun) -> RunSummar
         failures,
         checks,
         held_back,
+        refused,
     )
 
 

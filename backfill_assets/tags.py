@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import dagster as dg
 
 _RELEASE_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -24,6 +28,9 @@ REQUEST_ID = f"{PREFIX}/request_id"  # every run of one launch or reconciliation
 # set by release/publish on a run that held hours back (their count): the run succeeded as a
 # run, the release did not publish everything (an expected outcome, shown in the UI's runs)
 HELD_BACK = f"{PREFIX}/held_back_hours"
+# set by a step that must not build (upstream hours missing, a release publish refuses):
+# "step: verdict" lines; the run succeeded as a run, it built nothing of that step
+REFUSED = f"{PREFIX}/refused"
 ESTIMATE_SECONDS = f"{PREFIX}/estimate_seconds"  # the CLI's estimate before launching
 DAGSTER_BACKFILL = "dagster/backfill"
 MODES = ("backfill", "dry_run", "publish", "rollback", "vacuum", "erasure", "live")
@@ -39,6 +46,13 @@ def run_manifest(tags: Mapping[str, str]) -> dict[str, str | None]:
         # the release the run builds into: its Dagster backfill unless tagged otherwise
         "backfill_id": tags.get(RELEASE) or tags.get(DAGSTER_BACKFILL),
     }
+
+
+def of_run(instance: dg.DagsterInstance, run_id: str) -> dict[str, str]:
+    """The run's tags as stored now, with what its launch form added when the run started
+    (``resources.launch_form``); ``context.run.tags`` is the snapshot from before."""
+    run = instance.get_run_by_id(run_id)
+    return dict(run.tags) if run is not None else {}
 
 
 def requested_by(tags: Mapping[str, str]) -> str | None:

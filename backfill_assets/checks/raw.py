@@ -109,7 +109,7 @@ def raw_checks(
         for k in totals.keys() | erased.keys()
     }
     inventory = take_inventory(backups, hours)
-    allowed = tags.allowed_missing_hours(context.run.tags, hours)
+    allowed = tags.allowed_missing_hours(tags.of_run(context.instance, context.run.run_id), hours)
     recon_failing = reconcile(inventory, counts, allowed)
     common.record_and_log(
         context,

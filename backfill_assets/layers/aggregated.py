@@ -27,6 +27,7 @@ from backfill_assets.checks.schemas import HOUR_OF, session_id_of
 from backfill_assets.layers import transformed
 from backfill_assets.layers.common import (
     SINGLE_RUN,
+    refuse,
     release_input,
     run_lineage,
     shadow_out,
@@ -36,6 +37,8 @@ from backfill_assets.layers.windows import LOOKAHEAD_HOURS, LOOKBACK_HOURS, rece
 from backfill_assets.partitions import hourly_partitions, parse_hour
 from backfill_assets.publishing.publisher import Layer
 from backfill_assets.publishing.tables import table_key
+from backfill_assets.resources.io_managers import UpstreamGap
+from backfill_assets.resources.launch_form import LaunchForm
 
 CODE_VERSION = "aggregated-1"
 GROUP = "aggregated"
@@ -295,11 +298,17 @@ def client_hourly(sessions: DataFrame) -> DataFrame:
     can_subset=False,
 )
 def aggregated_shadow(
-    context: dg.AssetExecutionContext, transformed_payloads: DataFrame
-) -> Iterator[dg.MaterializeResult]:
+    context: dg.AssetExecutionContext,
+    transformed_payloads: DataFrame | UpstreamGap,
+    launch_form: LaunchForm,
+) -> Iterator[dg.MaterializeResult | dg.AssetObservation]:
     """Rebuild the sessions and client_hourly shadow tables of the session hours."""
     started = time.monotonic()
     hours = list(context.partition_keys)
+    if isinstance(transformed_payloads, UpstreamGap):
+        gap = transformed_payloads
+        yield from refuse(context, gap.verdict, {"missing_hours": gap.missing})
+        return
     first, last = hours[0], hours[-1]
     lookback, lookahead = LOOKBACK_HOURS, LOOKAHEAD_HOURS
     spark = transformed_payloads.sparkSession
@@ -320,7 +329,7 @@ def aggregated_shadow(
         CODE_VERSION,
     ).persist(StorageLevel.MEMORY_AND_DISK)
     lineage = {
-        **run_lineage(context, CODE_VERSION),
+        **run_lineage(context, CODE_VERSION, launch_form),
         "source_table": SOURCE_TABLE,
         "lookback_hours": lookback,
         "lookahead_hours": lookahead,

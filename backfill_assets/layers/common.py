@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+from collections.abc import Iterator, Mapping
 
 import dagster as dg
 from pyspark.sql import DataFrame
@@ -10,6 +11,7 @@ from pyspark.sql import functions as F
 from backfill_assets import tags
 from backfill_assets.resources import SHADOW_IO_MANAGER
 from backfill_assets.resources.io_managers import PUBLISHED_TABLE, READER_TABLE
+from backfill_assets.resources.launch_form import LaunchForm
 
 SINGLE_RUN = dg.BackfillPolicy.single_run()
 
@@ -19,6 +21,7 @@ def shadow_out(key: dg.AssetKey, *, group: str, code_version: str, description: 
     return dg.AssetOut(
         key=key,
         io_manager_key=SHADOW_IO_MANAGER,
+        is_required=False,  # a build refused for missing upstream hours writes nothing
         group_name=group,
         code_version=code_version,
         kinds={"spark", "parquet"},
@@ -40,6 +43,7 @@ def release_input(
         partition_mapping=partition_mapping,
         input_manager_key=SHADOW_IO_MANAGER,
         metadata={PUBLISHED_TABLE: published, READER_TABLE: reader},
+        dagster_type=dg.Any,  # a DataFrame, or an UpstreamGap the build refuses on
     )
 
 
@@ -50,10 +54,13 @@ def with_lineage(df: DataFrame, context: dg.AssetExecutionContext, code_version:
     )
 
 
-def run_lineage(context: dg.AssetExecutionContext, code_version: str) -> dict:
-    """Lineage metadata common to every materialization of the project."""
+def run_lineage(
+    context: dg.AssetExecutionContext, code_version: str, launch_form: LaunchForm
+) -> dict:
+    """Lineage metadata common to every materialization of the project (the run manifest:
+    the launch form's answers and the run's tags)."""
     keys = list(context.partition_keys) if context.assets_def.partitions_def else []
-    manifest = tags.run_manifest(context.run.tags)
+    manifest = tags.run_manifest(launch_form.run_tags(context))
     return {
         "run_id": context.run_id,
         "backfill_id": manifest["backfill_id"] or "",
@@ -65,6 +72,27 @@ def run_lineage(context: dg.AssetExecutionContext, code_version: str) -> dict:
         "partition_range": f"{keys[0]}..{keys[-1]}" if keys else "",
         "hours": len(keys),
     }
+
+
+def refuse(
+    context: dg.AssetExecutionContext, verdict: str, metadata: Mapping[str, object]
+) -> Iterator[dg.AssetObservation]:
+    """End a step that must not build as an expected outcome, without a stack trace: the
+    verdict as an error in the run's log, as a line of run tag ``backfill_assets/refused``
+    (run summaries and the CLI count the run as failed) and as an observation, with
+    ``metadata``, of each asset the step would have written. Its outputs stay unwritten:
+    Dagster skips what depends on them and a backfill marks their partitions failed."""
+    context.log.error(verdict)
+    entry = f"{context.op_def.name}: {verdict}"
+    before = tags.of_run(context.instance, context.run_id).get(tags.REFUSED)
+    context.instance.add_run_tags(
+        context.run_id, {tags.REFUSED: f"{before}\n{entry}" if before else entry}
+    )
+    for key in sorted(context.selected_asset_keys):
+        yield dg.AssetObservation(
+            asset_key=key,
+            metadata={"verdict": verdict, **{k: json_metadata(v) for k, v in metadata.items()}},
+        )
 
 
 def digest_of(items: list[str]) -> str:

@@ -20,6 +20,7 @@ from backfill_assets.publishing import audit, erasure
 from backfill_assets.publishing.publisher import Layer
 from backfill_assets.publishing.tables import run_id, table_key
 from backfill_assets.resources.backup_store import BackupStore
+from backfill_assets.resources.launch_form import LaunchForm
 from backfill_assets.resources.warehouse import Warehouse
 
 CODE_VERSION = "raw-1"
@@ -86,7 +87,12 @@ LAYER = Layer(
     backfill_policy=SINGLE_RUN,
     can_subset=False,
 )
-def raw_shadow(context: dg.AssetExecutionContext, warehouse: Warehouse, backups: BackupStore):
+def raw_shadow(
+    context: dg.AssetExecutionContext,
+    warehouse: Warehouse,
+    backups: BackupStore,
+    launch_form: LaunchForm,
+):
     """Read the closed backup folders of the hours into the raw shadow tables."""
     started = time.monotonic()
     hours = list(context.partition_keys)
@@ -154,7 +160,7 @@ def raw_shadow(context: dg.AssetExecutionContext, warehouse: Warehouse, backups:
             ],
         )
         lineage = {
-            **run_lineage(context, CODE_VERSION),
+            **run_lineage(context, CODE_VERSION, launch_form),
             "input_files": len(files),
             "input_bytes": sum(max(f.size, 0) for f in files),
             "input_digest": digest_of([f"{f.rel_path}:{f.sha256}" for f in files]),

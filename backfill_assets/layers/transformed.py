@@ -12,6 +12,7 @@ from pyspark.sql import functions as F
 from backfill_assets.layers import raw
 from backfill_assets.layers.common import (
     SINGLE_RUN,
+    refuse,
     release_input,
     run_lineage,
     shadow_out,
@@ -21,6 +22,8 @@ from backfill_assets.layers.urls import normalize_url_column
 from backfill_assets.partitions import hourly_partitions
 from backfill_assets.publishing.publisher import Layer
 from backfill_assets.publishing.tables import table_key
+from backfill_assets.resources.io_managers import UpstreamGap
+from backfill_assets.resources.launch_form import LaunchForm
 
 CODE_VERSION = "transformed-1"
 GROUP = "transformed"
@@ -88,18 +91,23 @@ def transform(raw_payloads: DataFrame) -> DataFrame:
     can_subset=False,
 )
 def transformed_shadow(
-    context: dg.AssetExecutionContext, raw_payloads: DataFrame
-) -> Iterator[dg.MaterializeResult]:
+    context: dg.AssetExecutionContext,
+    raw_payloads: DataFrame | UpstreamGap,
+    launch_form: LaunchForm,
+) -> Iterator[dg.MaterializeResult | dg.AssetObservation]:
     """Rebuild the transformed shadow table of the hours from the release's raw payloads."""
     started = time.monotonic()
     hours = list(context.partition_keys)
+    if isinstance(raw_payloads, UpstreamGap):
+        yield from refuse(context, raw_payloads.verdict, {"missing_hours": raw_payloads.missing})
+        return
     transformed = with_lineage(transform(raw_payloads), context, CODE_VERSION)
     context.log.info(f"transformed {hours[0]}..{hours[-1]}")
     yield dg.MaterializeResult(
         asset_key=SHADOW_PAYLOADS,
         value=transformed.select(*PAYLOAD_COLUMNS, "run_id", "code_version", "hour"),
         metadata={
-            **run_lineage(context, CODE_VERSION),
+            **run_lineage(context, CODE_VERSION, launch_form),
             "source_table": SOURCE_TABLE,
             "seconds": round(time.monotonic() - started, 2),
         },

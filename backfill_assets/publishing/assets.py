@@ -18,12 +18,13 @@ from pydantic import Field
 from backfill_assets import tags
 from backfill_assets.checks.published import release_gate_evaluations
 from backfill_assets.layers import aggregated, raw, transformed
-from backfill_assets.layers.common import json_metadata, run_lineage
+from backfill_assets.layers.common import json_metadata, refuse, run_lineage
 from backfill_assets.layers.registry import LAYERS
 from backfill_assets.partitions import InvalidHourError, hour_range, hourly_partitions, parse_hour
 from backfill_assets.publishing import audit, erasure, gates, publisher
 from backfill_assets.publishing.lock import PUBLISH_POOL
 from backfill_assets.publishing.tables import table_key
+from backfill_assets.resources.launch_form import LaunchForm
 from backfill_assets.resources.spark import usage_metadata
 from backfill_assets.resources.warehouse import Warehouse
 
@@ -202,19 +203,45 @@ def partition_events(
     kinds={"spark"},
     description="The release's publication: one ledger transaction swapping every checked "
     "candidate of the release into the published tables (held-back hours keep theirs).",
+    output_required=False,  # a dry run, or a refused publish, materializes nothing
 )
 def publish_release(
-    context: dg.AssetExecutionContext, config: PublishConfig, warehouse: Warehouse
-) -> Iterator[dg.AssetMaterialization | dg.AssetCheckEvaluation | dg.MaterializeResult]:
+    context: dg.AssetExecutionContext,
+    config: PublishConfig,
+    warehouse: Warehouse,
+    launch_form: LaunchForm,
+) -> Iterator[
+    dg.AssetMaterialization | dg.AssetCheckEvaluation | dg.AssetObservation | dg.MaterializeResult
+]:
     """Swap the release's checked candidates into the published tables in one transaction.
 
     A generator: each (table, hour) materialization is stored before the release gate's
-    evaluation of that hour, which targets it."""
+    evaluation of that hour, which targets it. In a dry run (``launch_form`` mode or tag
+    ``backfill_assets/mode: dry_run``) it publishes nothing and records the release's
+    report as an observation."""
     started = time.monotonic()
     spark = warehouse.spark
-    run_tags = context.run.tags
+    run_tags = launch_form.run_tags(context)
     release = resolve_release(spark, config, run_tags, context.run_id)
     layers = selected_layers(config.layers)
+    if run_tags.get(tags.MODE) == "dry_run":
+        verdict = (
+            f"dry run ({launch_form.mode.value if launch_form.mode else 'tag'}): release "
+            f"{release} was built and checked, nothing was published. Publish it with "
+            f"backfill-assets publish --backfill {release}, or launch release/publish with "
+            f"release_id: {release}"
+        )
+        context.log.info(verdict)
+        yield dg.AssetObservation(
+            asset_key=PUBLISH,
+            metadata={
+                "release_id": release,
+                "mode": "dry_run",
+                "verdict": verdict,
+                **release_report(context, layers, release, {}),
+            },
+        )
+        return
     approval = approval_of(config, run_tags)
     try:
         plan = publisher.publish_release(
@@ -234,8 +261,11 @@ def publish_release(
             else " (run alone, release/publish needs config release_id, or first_hour and "
             "last_hour, naming the dry-run release to publish)"
         )
-        raise dg.Failure(description=f"{exc}{hint}", allow_retries=False) from None
-    lineage = {**run_lineage(context, "release"), "backfill_id": release}
+        # refused as a whole, an expected outcome: nothing was published
+        verdict = f"release {release} refused: {exc}{hint}"
+        yield from refuse(context, verdict, {"release_id": release})
+        return
+    lineage = {**run_lineage(context, "release", launch_form), "backfill_id": release}
     yield from partition_events(plan, lineage)
     yield from release_gate_evaluations(context.instance, plan, layers)
     counts = {

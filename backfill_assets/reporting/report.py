@@ -726,7 +726,8 @@ def collect_release(
         if record is not None:
             runs.append(collect_run(instance, record, layers, release_id, collected))
     runs.sort(key=lambda r: r.started or 0)
-    publish_runs = [r for r in runs if r.publishes]
+    publish_runs = [r for r in runs if r.publishes and not r.dry_run]  # a dry run's publish
+    # step publishes nothing
     dry_run = not collected.published and not publish_runs
     report = BackfillReport(
         ident or f"release {release_id}", runs, release_id=release_id, dry_run=dry_run

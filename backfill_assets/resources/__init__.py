@@ -8,6 +8,7 @@ from dagster_aws.s3 import S3Resource
 
 from backfill_assets.resources.backup_store import LocalBackupStore, S3BackupStore
 from backfill_assets.resources.io_managers import ShadowTableIOManager
+from backfill_assets.resources.launch_form import LaunchForm
 from backfill_assets.resources.releases import ReleaseRequests
 from backfill_assets.resources.spark import spark_resource
 from backfill_assets.resources.warehouse import Warehouse
@@ -18,6 +19,7 @@ SHADOW_IO_MANAGER = "shadow_io_manager"
 BACKUPS = "backups"
 WAREHOUSE = "warehouse"
 RELEASES = "releases"
+LAUNCH_FORM = "launch_form"
 
 
 def build_resources(settings: Settings) -> dict[str, Any]:
@@ -39,8 +41,11 @@ def build_resources(settings: Settings) -> dict[str, Any]:
     return {
         PYSPARK: pyspark,
         SHADOW_IO_MANAGER: ShadowTableIOManager(
-            pyspark=pyspark, warehouse_dir=settings.warehouse_dir, backups=backups
+            pyspark=pyspark,
+            warehouse_dir=settings.warehouse_dir,
+            backups=backups,
         ),
+        LAUNCH_FORM: LaunchForm(),
         BACKUPS: backups,
         WAREHOUSE: Warehouse(pyspark=pyspark, warehouse_dir=settings.warehouse_dir),
         RELEASES: ReleaseRequests(

@@ -81,7 +81,7 @@ READER_TABLE = "reader_table"
 
 
 def run_tags(context: dg.InputContext | dg.OutputContext) -> dict[str, str]:
-    return dict(context.step_context.dagster_run.tags)
+    return tags.of_run(context.step_context.instance, context.step_context.run_id)
 
 
 class ShadowTableIOManager(dg.ConfigurableIOManager):
@@ -175,10 +175,11 @@ class ShadowTableIOManager(dg.ConfigurableIOManager):
                 partition_key=h,
             )
 
-    def load_input(self, context: dg.InputContext) -> DataFrame:
+    def load_input(self, context: dg.InputContext) -> "DataFrame | UpstreamGap":
         """The upstream hours of this input: the release's candidate where the release
         rebuilt the hour, the published partition otherwise (see ``resolve_upstream``);
-        records what was read in ``audit.release_reads``."""
+        records what was read in ``audit.release_reads``. An ``UpstreamGap`` instead when
+        some hours are not there: the build refuses (``layers.common.refuse``)."""
         reader = context.definition_metadata[READER_TABLE]
         run = run_tags(context)
         this_run = context.step_context.run_id
@@ -191,16 +192,13 @@ class ShadowTableIOManager(dg.ConfigurableIOManager):
             allowed_empty=tags.allowed_missing_hours(run, []) | self.outside_backups(context),
         )
         if view.missing:
-            raise dg.Failure(
-                description=(
-                    f"{view.published} is not published for {len(view.missing)} hour(s) that "
-                    f"{reader} reads, and this release did not rebuild them: "
-                    f"{', '.join(view.missing[:24])}{' ...' if len(view.missing) > 24 else ''}. "
-                    f"Include them in the backfill, or declare them empty with "
-                    f"{tags.ALLOW_MISSING_HOURS}=<hour>,<hour>"
-                ),
-                metadata={"missing_hours": view.missing},
-                allow_retries=False,
+            return UpstreamGap(
+                f"{view.published} is not published for {len(view.missing)} hour(s) that "
+                f"{reader} reads, and this release did not rebuild them: "
+                f"{', '.join(view.missing[:24])}{' ...' if len(view.missing) > 24 else ''}. "
+                f"Nothing was built. Include them in the backfill, or declare them empty "
+                f"with {tags.ALLOW_MISSING_HOURS}=<hour>,<hour>",
+                view.missing,
             )
         audit.append(
             self.spark, self.warehouse_dir, audit.RELEASE_READS, view.reads(reader, this_run)
@@ -223,6 +221,15 @@ class ShadowTableIOManager(dg.ConfigurableIOManager):
         if bounds is None:  # no backups at all (a wrong BACKUP_ROOT?): nothing is "outside"
             return set()
         return {h for h in context.asset_partition_keys if h < bounds[0] or h > bounds[1]}
+
+
+@dataclass(frozen=True)
+class UpstreamGap:
+    """Upstream hours a build reads that its release did not rebuild, that are not published
+    and not declared empty: the build must not run."""
+
+    verdict: str
+    missing: list[str]
 
 
 @dataclass

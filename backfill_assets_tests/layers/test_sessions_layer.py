@@ -18,6 +18,7 @@ import pytest
 from conftest import ReleaseResult, execute_release, read_tree_lines
 from pyspark.sql import functions as F
 
+from backfill_assets import tags
 from backfill_assets.backups.contract import format_iso_ms
 from backfill_assets.cli.main import main
 from backfill_assets.definitions import build_definitions
@@ -486,6 +487,16 @@ def test_missing_window_hours_fail_naming_them(
     run_id = sessions.runs[0].run_id
     written = audit.read(spark, audit.SHADOW_PARTITIONS).where(F.col("run_id") == run_id)
     assert written.count() == 0
+    # an expected outcome, not a crash: the run succeeded, no step failed, the verdict is
+    # the run's tag and an observation of each asset the step did not write
+    run = built.instance.get_run_by_id(run_id)
+    assert run.status == dg.DagsterRunStatus.SUCCESS
+    assert run.tags[tags.REFUSED].startswith("aggregated_shadow: transformed.payloads is not")
+    assert not built.instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_FAILURE)
+    observed = built.instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_OBSERVATION)
+    notes = {e.asset_observation.asset_key: e.asset_observation.metadata for e in observed}
+    assert set(notes) == {aggregated.SHADOW_SESSIONS, aggregated.SHADOW_CLIENT_HOURLY}
+    assert "2026-11-10T06" in notes[aggregated.SHADOW_SESSIONS]["missing_hours"].value
 
     raw_missing = execute_release(
         defs,

@@ -17,16 +17,20 @@ import os
 import sys
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+import dagster as dg
 import pytest
 
+from backfill_assets import tags
 from backfill_assets.partitions import ENV_END, ENV_START
 from backfill_assets.settings import PROJECT_ROOT
 from backfill_assets_tests.stack.servers import Processes, free_port
 
 FIRST, LAST, BAD = "2026-11-20T00", "2026-11-20T05", "2026-11-20T03"
 README_PICTURES = PROJECT_ROOT / "docs" / "screenshots"
+WORKSPACE = str(PROJECT_ROOT / "workspace.yaml")
 
 
 def responds(url: str) -> bool:
@@ -37,8 +41,16 @@ def responds(url: str) -> bool:
         return False
 
 
+@dataclass
+class Console:
+    url: str
+    env: dict[str, str]
+    processes: Processes
+    logs: Path
+
+
 @pytest.fixture
-def console(run_release, make_backups, instance, tmp_path) -> Iterator[str]:
+def console(run_release, make_backups, instance, tmp_path) -> Iterator[Console]:
     tree = make_backups(hours=6)
     assert run_release(tree, FIRST, LAST).success
     part = next((tree / "raw/date=2026-11-20/hour=03").glob("client_id=1/part-*"))
@@ -50,6 +62,8 @@ def console(run_release, make_backups, instance, tmp_path) -> Iterator[str]:
         **os.environ,
         "DAGSTER_HOME": instance.root_directory,
         "BACKUP_ROOT": str(tree),
+        # runs launched from the UI get a warehouse of their own (the suite's Spark session
+        # holds the embedded metastore of the releases above)
         "DATA_ROOT": str(tmp_path / "data"),
         ENV_START: FIRST,
         ENV_END: "2026-11-20T06",
@@ -57,15 +71,7 @@ def console(run_release, make_backups, instance, tmp_path) -> Iterator[str]:
     processes = Processes()
     web = processes.start(
         "dagster-webserver",
-        [
-            str(Path(sys.executable).with_name("dagster-webserver")),
-            "-h",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "-w",
-            str(PROJECT_ROOT / "workspace.yaml"),
-        ],
+        [bin_of("dagster-webserver"), "-h", "127.0.0.1", "-p", str(port), "-w", WORKSPACE],
         log=tmp_path / "webserver.log",
         env=env,
         cwd=PROJECT_ROOT,
@@ -73,9 +79,13 @@ def console(run_release, make_backups, instance, tmp_path) -> Iterator[str]:
     try:
         url = f"http://127.0.0.1:{port}"
         processes.wait_until(web, lambda: responds(f"{url}/server_info"), what="the UI")
-        yield url
+        yield Console(url, env, processes, tmp_path)
     finally:
         processes.stop_all()
+
+
+def bin_of(name: str) -> str:
+    return str(Path(sys.executable).with_name(name))
 
 
 def picture(page, name: str) -> None:
@@ -92,14 +102,16 @@ def open_page(page, url: str) -> None:
         skip.click()
 
 
-def test_an_operator_sees_each_hours_checks_and_why_an_hour_was_held_back(console, page):
-    open_page(page, f"{console}/assets")
+def test_an_operator_reads_each_hours_checks_and_the_report_then_launches_a_release(
+    console, page, instance
+):
+    open_page(page, f"{console.url}/assets")
     for group in ("raw", "transformed", "aggregated", "release"):
         assert page.get_by_text(group, exact=True).first.is_visible()
     picture(page, "catalog")
 
     # the shadow's manifest check: hour 03 failed among passing hours, with its reason
-    open_page(page, f"{console}/assets/shadow/raw_payloads_candidate?view=checks")
+    open_page(page, f"{console.url}/assets/shadow/raw_payloads_candidate?view=checks")
     page.get_by_text("raw_manifest_reconciliation", exact=True).first.click()
     page.get_by_text("Partitions", exact=True).nth(1).click()  # the check's tab
     page.get_by_text("Failed (1)").wait_for()
@@ -109,7 +121,7 @@ def test_an_operator_sees_each_hours_checks_and_why_an_hour_was_held_back(consol
     page.get_by_text("1 unreadable/corrupt file(s)").first.wait_for()
 
     # the published table's release gate names the release that could not repair it
-    open_page(page, f"{console}/assets/raw/raw_payloads?view=checks")
+    open_page(page, f"{console.url}/assets/raw/raw_payloads?view=checks")
     page.get_by_text("Partitions", exact=True).nth(1).click()  # the check's tab
     page.get_by_text("Failed (1)").wait_for()
     page.locator(f':text-is("{BAD}"):visible').last.click()
@@ -117,10 +129,57 @@ def test_an_operator_sees_each_hours_checks_and_why_an_hour_was_held_back(consol
     picture(page, "release-gate")
 
     # the release's report on the publish: what was published, what was held back and why
-    open_page(page, f"{console}/assets/release/publish")
+    open_page(page, f"{console.url}/assets/release/publish")
     page.get_by_text("[Show Markdown]").first.click()
     report = page.get_by_role("dialog")
     report.get_by_text("Rows per hour, before and after").wait_for()
     assert report.get_by_text(f"held back: raw {BAD}: raw_manifest_reconciliation").is_visible()
     report.get_by_role("heading").first.scroll_into_view_if_needed()
     picture(page, "report")
+
+    # launch a dry run of two raw hours from the dialog, with the launch form as run config
+    open_page(page, f"{console.url}/assets/shadow/raw_payloads_candidate")
+    page.get_by_role("button", name="Materialize…").click()
+    page.get_by_role("button", name="Confirm").click()  # the multi-asset's quarantine too
+    dialog = page.get_by_role("dialog")
+    hours = dialog.locator("input:not([type]), input[type=text]").first
+    hours.fill(f"[{FIRST}...2026-11-20T01]")
+    hours.press("Enter")
+    dialog.get_by_text("2 partitions").wait_for()
+    dialog.get_by_text("Config", exact=True).click()
+    dialog.get_by_role("button", name="Add config").click()
+    page.locator(".CodeMirror").first.click()
+    page.keyboard.insert_text(  # as pasted: the editor's auto-indent stays out of it
+        "resources:\n  launch_form:\n    config:\n      reason: lost hours, from the UI\n"
+        "      ticket: INC-9\n      mode: dry_run\n"
+    )
+    page.keyboard.press("ArrowUp")  # the cursor in the form: the editor documents its fields
+    page.get_by_text("No errors").wait_for()  # validated against the form's schema
+    picture(page, "launch-form")
+    page.get_by_role("button", name="Save config").click()
+    page.get_by_role("button", name="Launch backfill").click()
+    page.get_by_text("Created backfill", exact=False).wait_for()
+    [backfill] = instance.get_backfills()
+    assert backfill.run_config["resources"]["launch_form"]["config"]["ticket"] == "INC-9"
+
+    # Dagster's daemon runs it (a run of its own, in a process of its own); the form's
+    # answers are the run's tags
+    daemon = console.processes.start(
+        "dagster-daemon",
+        [bin_of("dagster-daemon"), "run", "-w", WORKSPACE],
+        log=console.logs / "daemon.log",
+        env=console.env,
+        cwd=PROJECT_ROOT,
+    )
+
+    def finished() -> bool:
+        runs = instance.get_runs(dg.RunsFilter(tags={"dagster/backfill": backfill.backfill_id}))
+        return bool(runs) and all(r.is_finished for r in runs)
+
+    console.processes.wait_until(daemon, finished, what="the launched run", timeout=300, poll=1)
+    [run] = instance.get_runs(dg.RunsFilter(tags={"dagster/backfill": backfill.backfill_id}))
+    assert run.status == dg.DagsterRunStatus.SUCCESS, f"see {console.logs}/daemon.log"
+    assert run.tags[tags.REASON] == "lost hours, from the UI"
+    assert run.tags[tags.MODE] == "dry_run" and run.tags[tags.TICKET] == "INC-9"
+    open_page(page, f"{console.url}/runs/{run.run_id}")
+    page.get_by_text("lost hours, from the UI", exact=False).first.wait_for()
