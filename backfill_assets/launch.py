@@ -460,7 +460,7 @@ def summarize_run(instance: dg.DagsterInstance, run: dg.DagsterRun) -> RunSummar
     steps succeeded) and check results."""
     failures, evaluations = [], []
     held_back = int(run.tags.get(tags.HELD_BACK) or 0)
-    refused = [line for line in (run.tags.get(tags.REFUSED) or "").splitlines() if line]
+    refused = tags.refusals(run.tags)
     kinds = {dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.ASSET_CHECK_EVALUATION}
     if held_back:
         kinds.add(dg.DagsterEventType.ASSET_MATERIALIZATION)

@@ -48,6 +48,11 @@ def run_manifest(tags: Mapping[str, str]) -> dict[str, str | None]:
     }
 
 
+def refusals(tags: Mapping[str, str]) -> list[str]:
+    """The "step: verdict" lines of the steps of a run that refused to build."""
+    return [line for line in (tags.get(REFUSED) or "").splitlines() if line]
+
+
 def of_run(instance: dg.DagsterInstance, run_id: str) -> dict[str, str]:
     """The run's tags as stored now, with what its launch form added when the run started
     (``resources.launch_form``); ``context.run.tags`` is the snapshot from before."""

@@ -21,3 +21,11 @@ def test_the_manifest_names_the_release_and_its_mode():
     )
     assert tags.run_manifest({tags.MODE: "dry_run"})["mode"] == "dry_run"
     assert tags.release_id({}, "run-1") == "run-1"
+
+
+def test_refusals_are_the_lines_of_the_refused_tag():
+    assert tags.refusals({}) == []
+    assert tags.refusals({tags.REFUSED: "transformed_shadow: a\n\naggregated_shadow: b"}) == [
+        "transformed_shadow: a",
+        "aggregated_shadow: b",
+    ]

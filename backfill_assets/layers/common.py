@@ -83,11 +83,9 @@ def refuse(
     ``metadata``, of each asset the step would have written. Its outputs stay unwritten:
     Dagster skips what depends on them and a backfill marks their partitions failed."""
     context.log.error(verdict)
-    entry = f"{context.op_def.name}: {verdict}"
-    before = tags.of_run(context.instance, context.run_id).get(tags.REFUSED)
-    context.instance.add_run_tags(
-        context.run_id, {tags.REFUSED: f"{before}\n{entry}" if before else entry}
-    )
+    lines = tags.refusals(tags.of_run(context.instance, context.run_id))
+    lines.append(f"{context.op_def.name}: {verdict}")
+    context.instance.add_run_tags(context.run_id, {tags.REFUSED: "\n".join(lines)})
     for key in sorted(context.selected_asset_keys):
         yield dg.AssetObservation(
             asset_key=key,

@@ -257,7 +257,7 @@ def collect_run(
             # releases published before held-back hours ended the step successfully
             _collect_held(collected, (user.metadata if user else {}).get("held_back"))
     # steps that refused to build (an expected outcome: no step failure)
-    summary.failures += [line for line in (run.tags.get(tags.REFUSED) or "").splitlines() if line]
+    summary.failures += tags.refusals(run.tags)
     summary.checks = [
         CheckOutcome(c.name, c.asset, c.passed, c.severity, c.description, c.failing)
         for c in summarize(evaluations).values()
