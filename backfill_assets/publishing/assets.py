@@ -226,8 +226,8 @@ def publish_release(
     layers = selected_layers(config.layers)
     if run_tags.get(tags.MODE) == "dry_run":
         verdict = (
-            f"dry run ({launch_form.mode.value if launch_form.mode else 'tag'}): release "
-            f"{release} was built and checked, nothing was published. Publish it with "
+            f"dry run: release {release} was built and checked, nothing was published. "
+            f"Publish it with "
             f"backfill-assets publish --backfill {release}, or launch release/publish with "
             f"release_id: {release}"
         )
