@@ -218,6 +218,32 @@ mutation Launch($params: ExecutionParams!) {
 }"""
 
 
+_SENSOR_ACTIONS = {
+    "clear_cursor": "setSensorCursor(sensorSelector: $selector)",  # no cursor: forget
+    "start": "startSensor(sensorSelector: $selector)",
+    "reset": "resetSensor(sensorSelector: $selector)",  # back to the status in its code
+}
+
+
+def control_sensor(settings: Settings, name: str, *actions: str) -> str:
+    """Do what the UI's sensor buttons do, in order, in one GraphQL request: ``clear_cursor``,
+    ``start``, ``reset`` (to the default status its code declares). Returns the sensor's
+    status afterwards (``RUNNING`` or ``STOPPED``)."""
+    unknown = [a for a in actions if a not in _SENSOR_ACTIONS]
+    if unknown or not actions:
+        raise ValueError(f"sensor actions {list(actions)}: each one of {sorted(_SENSOR_ACTIONS)}")
+    fields = "".join(
+        f"  {action}: {_SENSOR_ACTIONS[action]} {{\n    __typename\n"
+        f"    ... on Sensor {{ sensorState {{ status }} }}\n    ... on Error {{ message }}\n  }}\n"
+        for action in actions
+    )
+    selector = {"repositoryLocationName": LOCATION, "repositoryName": REPOSITORY}
+    query = f"mutation Sensor($selector: SensorSelector!) {{\n{fields}}}"
+    data = graphql(settings, query, {"selector": {**selector, "sensorName": name}})
+    states = [_outcome(data[action], "Sensor")["sensorState"] for action in actions]
+    return states[-1]["status"]
+
+
 def submit_backfill(
     settings: Settings,
     keys: Sequence[dg.AssetKey],

@@ -33,6 +33,9 @@ HELD_BACK = f"{PREFIX}/held_back_hours"
 REFUSED = f"{PREFIX}/refused"
 ESTIMATE_SECONDS = f"{PREFIX}/estimate_seconds"  # the CLI's estimate before launching
 DAGSTER_BACKFILL = "dagster/backfill"
+# the sensor that launched a run or backfill: the UI shows "launched by" it and lists the
+# runs on the sensor's page
+DAGSTER_SENSOR = "dagster/sensor_name"
 MODES = ("backfill", "dry_run", "publish", "rollback", "vacuum", "erasure", "live")
 
 

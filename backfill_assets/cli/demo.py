@@ -4,27 +4,32 @@
    outage: some clients' folders of a few hours are held back (they land late);
 2. run the live pipeline over the day: one release (a Dagster asset backfill of every
    layer of ``launch.LAYERS`` and ``release/publish``, mode ``live``);
-3. reconcile: nothing to see, a client with no folder looks like a client with no traffic;
+3. a tick of the reconciliation sensor: nothing to see, a client with no folder looks
+   like a client with no traffic;
 4. the late files land;
-5. reconcile with the sensor's own evaluation: findings recorded as observations, ranges
-   requested (raw -> transformed -> sessions);
-6. submit exactly those requests as releases (``submit_releases``: real Dagster backfills,
-   downstream layers included, one publish transaction each) and follow them;
-7. reconcile again: nothing left;
-8. report the release (text, and Markdown + PNG under ``DATA_ROOT/reports``) with the
+5. a tick of the sensor: it records its findings as observations and submits the release
+   that repairs them (raw -> transformed -> sessions, one publish transaction), a real
+   Dagster backfill marked as launched by the sensor, which the demo follows;
+6. a tick of the sensor again: nothing left;
+7. report the release (text, and Markdown + PNG under ``DATA_ROOT/reports``) with the
    published numbers checked against the ground truth.
 
-Runs are executed by Dagster: the demo submits backfills through ``dagster-graphql`` and
-runs ``dagster-daemon`` meanwhile if none serves the instance (``launch.DaemonSupervisor``),
-with the reconciliation sensor stopped by default in it (``BACKFILL_RECONCILE_SENSOR=off``
-unless set), so the demo's own evaluations are the only ones.
+Dagster does the work: the demo submits the live release through ``dagster-graphql``, runs
+``dagster-daemon`` meanwhile if none serves the instance (``launch.DaemonSupervisor``), and
+for each reconciliation starts the real ``reconciliation_sensor`` (the UI's "start" button,
+through GraphQL), waits for the daemon's tick and resets the sensor to the status its code
+declares. The demo's daemon has the sensor off by default (``BACKFILL_RECONCILE_SENSOR=off``
+unless set) and ticking every 30 s while started (``BACKFILL_RECONCILE_INTERVAL_SECONDS``),
+so the ticks are the demo's three; they are in the sensor's tick history in ``make ui``,
+and the release it submitted shows as launched by it.
 
 It honours ``BACKUP_ROOT``, ``DATA_ROOT`` and ``DAGSTER_HOME``; the runs, checks,
 observations and lineage show in ``make ui``. Running it again regenerates the demo's
-backup tree (only a tree the generator wrote: ``raw/``, ``_held_back/``, ``_truth/``) and
-publishes new versions over the previous demo's; nothing else is deleted. The runs' own
-logs (Dagster event log, Spark) go to ``DATA_ROOT/demo.log``. Exit code 1 if a run fails
-or a number does not match the ground truth.
+backup tree (only a tree the generator wrote: ``raw/``, ``_held_back/``, ``_truth/``),
+clears the sensor's cursor and publishes new versions over the previous demo's; nothing
+else is deleted. The runs' own logs (Dagster event log, Spark) go to
+``DATA_ROOT/demo.log``. Exit code 1 if a run or a tick fails or a number does not match
+the ground truth.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -59,6 +65,10 @@ SEED = 7
 OUTAGE = ("2026-11-20T09/2", "2026-11-20T10/2", "2026-11-20T11/2", "2026-11-20T10/3")
 LOG_NAME = "demo.log"
 DAEMON_LOG_NAME = "demo-daemon.log"
+# The sensor's interval in the daemon the demo starts: longer than one start-tick-reset
+# (so each reconciliation is one tick), short enough not to keep the demo waiting.
+SENSOR_INTERVAL_SECONDS = "30"
+TICK_TIMEOUT_SECONDS = 900.0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -185,12 +195,114 @@ def _follow(
     return outcome
 
 
+@dataclass
+class Tick:
+    """One finished tick of the reconciliation sensor, and what it recorded and submitted."""
+
+    status: str  # SUCCESS | SKIPPED | FAILURE
+    message: str  # the skip reason (the sensor's summary) or the error
+    observations: list = field(default_factory=list)  # AssetObservation of the tick
+    releases: list = field(default_factory=list)  # the backfills (releases) it submitted
+
+    @property
+    def clean(self) -> bool:
+        return self.status != "FAILURE" and self.message.startswith("no findings")
+
+    def lines(self) -> list[str]:
+        failed = self.status == "FAILURE"
+        out = [f"tick FAILED: {self.message}" if failed else f"tick: {self.message}"]
+        for event in self.observations:
+            meta = {k: v.value for k, v in event.metadata.items()}
+            where = f"{event.partition or '':13}  {event.asset_key.to_user_string()}"
+            if meta.get("reconciliation") == "drift":
+                out.append(f"{where}: {meta['kinds']} -> {meta['action']}")
+                out += [f"    {f['kind']}: {f['detail']}" for f in meta["findings"]]
+            elif meta.get("reconciliation") == "resolved":
+                out.append(f"{where}: resolved")
+            else:
+                out.append(f"recorded for {event.asset_key.to_user_string()}: "
+                           f"{event.description}")  # fmt: skip
+        for backfill in self.releases:
+            out.append(
+                f"submitted release {backfill.backfill_id} ({backfill.title}), launched by "
+                f"the sensor: {backfill.description}"
+            )
+        return out
+
+
+def _sensor_tick(
+    settings: Settings,
+    instance: dg.DagsterInstance,
+    supervisor: DaemonSupervisor,
+    layers: Sequence[Layer],
+    *,
+    first: bool = False,
+) -> Tick:
+    """Start the reconciliation sensor (the first time from an empty cursor), wait for the
+    daemon's tick, reset the sensor to its declared status; what the tick did."""
+    import dagster as dg
+
+    from backfill_assets import launch, tags
+    from backfill_assets.publishing.tables import table_key
+    from backfill_assets.sensors.reconciliation import SENSOR_NAME
+
+    began = time.time()
+    supervisor.ensure()
+    actions = ("clear_cursor", "start") if first else ("start",)
+    launch.control_sensor(settings, SENSOR_NAME, *actions)
+    try:
+        tick = None
+        while tick is None:
+            supervisor.ensure()
+            if time.time() - began > TICK_TIMEOUT_SECONDS:
+                raise CommandError(
+                    f"no tick of {SENSOR_NAME} within {TICK_TIMEOUT_SECONDS:.0f} s of starting "
+                    f"it; see {supervisor.log_file} (is a daemon with a longer "
+                    f"BACKFILL_RECONCILE_INTERVAL_SECONDS serving this instance?)"
+                )
+            for state in instance.all_instigator_state():
+                if state.instigator_name != SENSOR_NAME:
+                    continue
+                ticks = instance.get_ticks(
+                    state.instigator_origin_id, state.selector_id, after=began
+                )
+                done = [t for t in ticks if t.status.value != "STARTED"]
+                tick = min(done, key=lambda t: t.timestamp) if done else None
+            if tick is None:
+                time.sleep(1.0)
+    finally:
+        launch.control_sensor(settings, SENSOR_NAME, "reset")
+    observations = [
+        record.asset_observation
+        for layer in layers
+        for record in instance.fetch_observations(
+            dg.AssetRecordsFilter(
+                asset_key=table_key(layer.pairs[0][1]), after_timestamp=tick.timestamp
+            ),
+            limit=1000,
+        ).records
+        if record.asset_observation is not None
+    ]
+    releases = [
+        b
+        for b in instance.get_backfills(limit=50)
+        if b.tags.get(tags.DAGSTER_SENSOR) == SENSOR_NAME and b.backfill_timestamp >= tick.timestamp
+    ]
+    return Tick(
+        tick.status.value,
+        tick.skip_reason or (tick.error.message.strip() if tick.error else ""),
+        sorted(observations, key=lambda e: (e.partition or "", e.asset_key.to_user_string())),
+        sorted(releases, key=lambda b: b.backfill_timestamp),
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     from backfill_assets.settings import Settings
 
-    # The daemon this demo starts must not run the real sensor at the same time as the
-    # demo's own evaluations (set BACKFILL_RECONCILE_SENSOR=on to let it).
+    # The daemon this demo starts runs the real sensor only when the demo starts it (set
+    # BACKFILL_RECONCILE_SENSOR=on to let it tick on its own too).
     os.environ.setdefault("BACKFILL_RECONCILE_SENSOR", "off")
+    os.environ.setdefault("BACKFILL_RECONCILE_INTERVAL_SECONDS", SENSOR_INTERVAL_SECONDS)
     settings = Settings.from_env()
     log_path = Path(settings.data_root) / LOG_NAME
     print(
@@ -223,14 +335,6 @@ def _demo(
     from backfill_assets.partitions import hour_range
     from backfill_assets.reporting import expected
     from backfill_assets.reporting.report import BackfillReport, build_report
-    from backfill_assets.resources import BACKUPS
-    from backfill_assets.sensors.findings import ReconcileConfig
-    from backfill_assets.sensors.reconciliation import (
-        Evaluation,
-        evaluate,
-        releases,
-        submit_releases,
-    )
 
     step = _Steps()
     layers = [LAYERS[name] for name in launch.LAYERS if name in LAYERS]
@@ -260,19 +364,11 @@ def _demo(
         seen_live = expected.read_deliveries(settings.backup_root)
 
     defs = build_definitions(settings)
-    store = defs.resources[BACKUPS]
-    keys = {layer.name: launch.layer_keys(defs, layer.name) for layer in layers}
-    config = ReconcileConfig.from_env()
-    cursor: list[str | None] = [None]  # the sensor's cursor between evaluations
 
-    def reconcile() -> Evaluation:
-        evaluation = evaluate(instance, keys, store, config, cursor[0], layers)
-        cursor[0] = evaluation.result.cursor
-        for event in evaluation.result.asset_events:  # what the daemon records for a tick
-            instance.report_runless_asset_event(event)
-        assert evaluation.reconciliation is not None
-        print("\n".join(f"  {line}" for line in evaluation.reconciliation.lines()))
-        return evaluation
+    def reconcile(first: bool = False) -> Tick:
+        tick = _sensor_tick(settings, instance, supervisor, layers, first=first)
+        print("\n".join(f"  {line}" for line in tick.lines()), flush=True)
+        return tick
 
     with step("live run", "Live pipeline over the day (the outage goes unnoticed)"):
         # One release over the day; the session hours at the day's edges read hours
@@ -297,8 +393,11 @@ def _demo(
             print(f"the live pipeline failed; see {log_path}, {supervisor.log_file} and `make ui`")
             return 1
 
-    with step("reconcile", "Reconciliation after the live run"):
-        reconcile()
+    title = "Reconciliation after the live run (a tick of the reconciliation sensor)"
+    with step("reconcile", title):
+        print("  reconciliation_sensor started (from an empty cursor) until the daemon's tick")
+        if reconcile(first=True).status == "FAILURE":
+            return 1
         print(
             "  (a client with no folder looks like a client with no traffic: the outage "
             "is invisible until its files land)"
@@ -309,31 +408,23 @@ def _demo(
         print(f"  {len(moved)} folder(s) landed: {', '.join(moved)}")
         seen_after = expected.read_deliveries(settings.backup_root)
 
-    with step("reconcile", "Reconciliation (the sensor's evaluation): findings, requests"):
-        evaluation = reconcile()
-        assert evaluation.reconciliation is not None
-        requests = evaluation.requests
-        if not requests:
-            print("  nothing requested, but the late files changed published hours")
+    with step("reconcile", "Reconciliation: the sensor's tick finds the damage, submits a release"):
+        found = reconcile()
+        if not found.releases:
+            print("  nothing submitted, but the late files changed published hours")
             return 1
-        roots = releases(requests)
+        release_ids = [b.backfill_id for b in found.releases]
+        damaged = sorted({e.partition for e in found.observations if e.partition})
 
-    title = f"Backfill the requested ranges ({len(roots)} release(s), Dagster backfills)"
+    title = f"The sensor's release(s): {len(release_ids)} Dagster backfill(s), run by the daemon"
     with step("backfill", title):
-        for request, chain in roots:
-            print(
-                f"  release of {request.layer} {request.first}..{request.last}: "
-                f"{'+'.join(chain)} + publish"
-            )
-        release_ids = submit_releases(evaluation, settings)
-        print(f"  submitted {', '.join(release_ids)}")
         for release_id in release_ids:
             outcome = _follow(instance, supervisor, release_id)
             if not outcome.success:
                 print(f"a release failed; see {log_path}, {supervisor.log_file} and `make ui`")
                 return 1
 
-    with step("reconcile", "Reconciliation again"):
+    with step("reconcile", "Reconciliation again (a tick of the sensor)"):
         again = reconcile()
 
     ident = release_ids[0] if len(release_ids) == 1 else "+".join(release_ids)
@@ -359,12 +450,14 @@ def _demo(
 
     print(f"\n== {step.summary()}")
     print(
-        f"`make ui` shows the releases on the Backfills page, their runs, the checks, the "
-        f"lineage and the reconciliation observations (asset raw/raw_payloads, partitions "
-        f"{requests[0].first}..{requests[0].last})."
+        f"`make ui` shows the releases on the Backfills page (the repair launched by "
+        f"reconciliation_sensor), their runs, the checks, the lineage, the sensor's ticks "
+        f"(Automation) and its observations (asset raw/raw_payloads, partitions "
+        f"{damaged[0]}..{damaged[-1]})."
     )
-    assert again.reconciliation is not None
-    return 0 if truth_ok and not again.reconciliation.actionable else 1
+    if not again.clean:
+        print("  the last tick still found damage (above)")
+    return 0 if truth_ok and again.clean else 1
 
 
 def _truth_lines(

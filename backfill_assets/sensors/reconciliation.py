@@ -11,7 +11,9 @@ and the Dagster instance: it never starts Spark in the daemon. It then
   ``launch.submit_backfill``) rooted at the damaged hours of the topmost damaged layer,
   downstream included (Dagster derives the session hours whose windows touch them),
   tagged with the run manifest (reason = what drifted, requested_by =
-  ``reconciliation-sensor``, mode = ``backfill``), oldest first, at most
+  ``reconciliation-sensor``, mode = ``backfill``) and with Dagster's ``dagster/sensor_name``
+  (the UI shows the backfill and its runs as launched by this sensor and lists them on
+  its page), oldest first, at most
   ``BACKFILL_MAX_HOURS_PER_TICK`` hours;
 - never requests twice: hours that a queued or running run rebuilds are skipped, the
   cursor remembers the damage each requested hour was requested for (same damage, no
@@ -121,6 +123,7 @@ def submit_releases(evaluation: "Evaluation", settings: Settings) -> list[str]:
             for k, v in request.tags(evaluation.request_id).items()
             if not k.startswith("dagster/") and k not in (tags.LAYER, tags.ALLOW_MISSING_HOURS)
         }
+        run_tags[tags.DAGSTER_SENSOR] = SENSOR_NAME  # "launched by" this sensor in the UI
         ids.append(
             launch.submit_backfill(
                 settings,

@@ -59,19 +59,25 @@ def test_every_layer_and_the_publish_ask_for_the_form(settings_for, make_backups
     assert all(field.description for field in fields.values())
 
 
-def test_a_dry_run_from_the_form_records_its_answers_and_publishes_nothing(
-    spark, warehouse, instance, make_backups, settings_for
+@pytest.mark.parametrize("asked_by", ["form", "tags"])
+def test_a_dry_run_from_the_form_or_tags_records_its_answers_and_publishes_nothing(
+    asked_by, spark, warehouse, instance, make_backups, settings_for
 ):
+    """The form's answers and the same answers typed as tags (the form at its defaults,
+    mode publish) are one dry run: nothing published, the verdict and report recorded."""
     defs = build_definitions(settings_for(make_backups(hours=2)))
     job = defs.resolve_implicit_global_asset_job_def()
+    answers = {"reason": "lost hour", "ticket": "INC-7", "mode": "dry_run"}
+    typed = {getattr(tags, k.upper()): v for k, v in answers.items()} if asked_by == "tags" else {}
     result = job.execute_in_process(
         instance=instance,
         asset_selection=[*launch.layer_keys(defs, "raw"), launch.PUBLISH_KEY],
         tags={
             "dagster/asset_partition_range_start": FIRST,
             "dagster/asset_partition_range_end": LAST,
+            **typed,
         },
-        run_config=form(reason="lost hour", ticket="INC-7", mode="dry_run"),
+        run_config=form(**answers) if asked_by == "form" else form(),
     )
     assert result.success
     run = instance.get_run_by_id(result.run_id)
@@ -92,7 +98,8 @@ def test_a_dry_run_from_the_form_records_its_answers_and_publishes_nothing(
         if e.event_type == dg.DagsterEventType.ASSET_OBSERVATION
     ]
     [note] = [o for o in observed if o.asset_key == launch.PUBLISH_KEY]
-    assert "nothing was published" in note.metadata["verdict"].value
+    verdict = note.metadata["verdict"].value
+    assert "nothing was published" in verdict and "(publish)" not in verdict
     report = note.metadata["report"].value
     assert "| 2026-11-20T00 | raw.payloads | - |" in report and "would publish" in report
     assert not publisher.ledger(spark)  # no publish event at all

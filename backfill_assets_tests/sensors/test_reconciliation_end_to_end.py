@@ -323,6 +323,48 @@ def test_the_reconcile_command_prints_what_the_sensor_would_request(
     assert len(scenario.instance.get_run_records()) == runs_before  # launched nothing
 
 
+def test_the_sensor_submits_the_release_as_one_backfill_launched_by_it(
+    scenario: Scenario, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sensor itself (not its evaluation): one Dagster asset backfill through GraphQL,
+    marked as the sensor's (the UI's "launched by"), with the request's manifest. No daemon
+    runs here, so the backfill stays requested; the demo runs one to the end."""
+    landed = landed_copy(scenario, tmp_path)
+    use_cli_env(monkeypatch, scenario, landed)
+    before = {b.backfill_id for b in scenario.instance.get_backfills()}
+    sensor = scenario.defs.resolve_sensor_def(SENSOR_NAME)
+    context = dg.build_sensor_context(
+        instance=scenario.instance,
+        definitions=scenario.defs,
+        resources={"backups": LocalBackupStore(root=str(landed))},
+    )
+    result = sensor(context)
+    (backfill,) = [b for b in scenario.instance.get_backfills() if b.backfill_id not in before]
+    assert f"submitted release(s) {backfill.backfill_id} for reconcile-" in (
+        result.skip_reason.skip_message
+    )
+    assert backfill.tags[tags.DAGSTER_SENSOR] == SENSOR_NAME
+    assert backfill.tags[tags.REQUESTED_BY] == "reconciliation-sensor"
+    assert backfill.tags[tags.MODE] == "backfill"
+    assert backfill.tags[tags.REQUEST_ID] in result.skip_reason.skip_message
+    assert backfill.tags[tags.REASON].startswith(f"reconciliation: count_mismatch in raw {LATE}")
+    assert backfill.title == f"reconcile raw {LATE}..{LATE}"
+    # the release: the late raw hour and everything Dagster derives from it, then publish
+    targets = backfill.asset_backfill_data.target_subset
+    raw_hours = {
+        p.partition_key
+        for p in targets.iterate_asset_partitions()
+        if p.asset_key in (raw.PAYLOADS, raw.SHADOW_PAYLOADS)
+    }
+    assert raw_hours == {LATE}
+    assert set(backfill.asset_selection) == set(
+        launch.release_selection(scenario.defs, list(launch.LAYERS))
+    )
+    # the observations the daemon records for the tick name the request
+    (observation,) = [e for e in result.asset_events if e.partition]
+    assert observation.metadata["request_id"].value == backfill.tags[tags.REQUEST_ID]
+
+
 def test_dry_run_diff_report_then_backfill_leaves_nothing_to_reconcile(
     scenario: Scenario,
     spark: SparkSession,
