@@ -7,7 +7,8 @@ before each test that uses it; backup trees are generated per test (milliseconds
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import dagster as dg
@@ -253,3 +254,36 @@ def read_tree_lines(root: Path) -> tuple[list[tuple], list[tuple]]:
                 except Rejected:
                     malformed.append((rel, number))
     return valid, malformed
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``make test`` runs two pytest-xdist workers (``--dist loadgroup``): every test that
+    uses the suite's Spark session runs in one of them, so it stays ONE session; the others
+    (servers, Dagster daemons, subprocesses, pure Python) run beside them in the other,
+    mostly waiting on processes while the first one computes."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        group = "spark" if "spark" in getattr(item, "fixturenames", ()) else "processes"
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+@pytest.fixture(autouse=True)
+def _no_second_spark_session(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that does not ask for ``spark`` must not start a Spark JVM in the test
+    process: in its worker that would be a second session (Spark in subprocesses is fine)."""
+
+    def active() -> bool:
+        if "pyspark" not in sys.modules:
+            return False
+        from pyspark import SparkContext
+
+        return SparkContext._active_spark_context is not None
+
+    before = active()
+    yield
+    if "spark" not in request.fixturenames and not before and active():
+        pytest.fail(
+            f"{request.node.nodeid} started Spark in the test process without the `spark` "
+            f"fixture: ask for it, so that it runs beside the suite's other Spark tests"
+        )
