@@ -6,6 +6,9 @@ fills the same fields from its flags. When a run starts, the form's answers beco
 run's tags (``backfill_assets/reason`` ...), the one place every reader looks (lineage,
 ledger, checks, reports, the sensor), so a form and hand-typed tags mean the same thing.
 An answer that contradicts a tag the run already has is refused before anything runs.
+
+The session window is not a field: it is the sessions' partition mapping in code
+(``layers/windows.py``), so an hour's sessions do not depend on who launched the build.
 """
 
 import enum

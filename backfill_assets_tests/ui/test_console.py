@@ -6,6 +6,8 @@ releases of generated backups: the first publishes hours 00..05, the second repa
 operator: the catalog lists the layers; a shadow check's partitions show hour 03 red
 among green hours with its reason; the published table's release gate says why the hour
 kept its previous version; the publish's report says what the release did, hour by hour.
+Then a dry run of two raw hours launched from the dialog with the launch form, run by
+Dagster's daemon: its tags are the form's answers, and each hour's check shows its result.
 
 Screenshots: on failure into ``var/test-artifacts/ui``; with ``UPDATE_SCREENSHOTS=1``
 (the README's pictures) into ``docs/screenshots``.
@@ -183,3 +185,12 @@ def test_an_operator_reads_each_hours_checks_and_the_report_then_launches_a_rele
     assert run.tags[tags.MODE] == "dry_run" and run.tags[tags.TICKET] == "INC-9"
     open_page(page, f"{console.url}/runs/{run.run_id}")
     page.get_by_text("lost hours, from the UI", exact=False).first.wait_for()
+
+    # each launched hour's check result, from this run: the check's partitions, an hour
+    open_page(page, f"{console.url}/assets/shadow/raw_payloads_candidate?view=checks")
+    page.get_by_text("raw_manifest_reconciliation", exact=True).first.click()
+    page.get_by_text("Partitions", exact=True).nth(1).click()  # the check's tab
+    page.get_by_text("Passed (5)").wait_for()  # hours 00 and 01 passed again, 03 still red
+    page.locator(f':text-is("{FIRST}"):visible').last.click()
+    page.get_by_text(run.run_id[:8]).first.wait_for()  # the hour's latest result: this run
+    assert page.get_by_text("View all historical executions (2)").is_visible()
