@@ -44,16 +44,23 @@ def spark(base_settings: Settings):
     session.stop()
 
 
-@pytest.fixture
-def warehouse(spark, base_settings: Settings) -> None:
-    """An empty catalog and warehouse for this test (tables are external: drop + delete)."""
+def empty_warehouse(spark, settings: Settings) -> None:
+    """An empty catalog and warehouse. The tables are external, so dropping them leaves
+    their files (the audit tables' too, which a new table at the same place would read):
+    drop every database, then delete the warehouse directory."""
     import shutil
 
     for row in spark.sql("SHOW DATABASES").collect():
         if row[0] != "default":
             spark.sql(f"DROP DATABASE IF EXISTS {row[0]} CASCADE")
     spark.catalog.clearCache()
-    shutil.rmtree(base_settings.warehouse_dir, ignore_errors=True)
+    shutil.rmtree(settings.warehouse_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def warehouse(spark, base_settings: Settings) -> None:
+    """An empty catalog and warehouse for this test."""
+    empty_warehouse(spark, base_settings)
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from pathlib import Path
 import dagster as dg
 import numpy as np
 import pytest
-from conftest import ReleaseResult, execute_release, read_tree_lines
+from conftest import ReleaseResult, empty_warehouse, execute_release, read_tree_lines
 from pyspark.sql import functions as F
 
 from backfill_assets import tags
@@ -51,10 +51,7 @@ class Scenario:
 @pytest.fixture(scope="module")
 def built(spark, base_settings, tmp_path_factory) -> Scenario:
     """Generate backups; release raw + transformed over every hour, then sessions."""
-    for row in spark.sql("SHOW DATABASES").collect():  # an empty catalog, as `warehouse`
-        if row[0] != "default":
-            spark.sql(f"DROP DATABASE IF EXISTS {row[0]} CASCADE")
-    spark.catalog.clearCache()
+    empty_warehouse(spark, base_settings)  # as `warehouse`, once for the module
     base = tmp_path_factory.mktemp("sessions_layer")
     root = base / "backups"
     generate_backups(

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from conftest import ReleaseResult, execute_release
+from conftest import ReleaseResult, empty_warehouse, execute_release
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -68,9 +68,7 @@ def scenario(
     spark: SparkSession, base_settings: Settings, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Scenario]:
     """A live raw release over FIRST..LAST while client 2's folder of LATE is held back."""
-    for row in spark.sql("SHOW DATABASES").collect():  # an empty catalog, as `warehouse`
-        if row[0] != "default":
-            spark.sql(f"DROP DATABASE IF EXISTS {row[0]} CASCADE")
+    empty_warehouse(spark, base_settings)  # as `warehouse`, once for the module
     root = tmp_path_factory.mktemp("reconciliation")
     backups, home = root / "backups", root / "dagster_home"
     generate_backups(
@@ -318,7 +316,8 @@ def test_the_reconcile_command_prints_what_the_sensor_would_request(
     assert main(["reconcile", "--source", "ledger"]) == 1
     text = capsys.readouterr().out
     assert "published state from the publication ledger" in text
-    assert f"{LATE}  raw  count_mismatch" in text and f"raw          {LATE}..{LATE}" in text
+    assert f"{LATE}  raw  count_mismatch" in text, text
+    assert f"raw          {LATE}..{LATE}" in text, text
     assert "health raw: " in text and f"1 to repair; oldest damage {LATE}" in text
     assert len(scenario.instance.get_run_records()) == runs_before  # launched nothing
 

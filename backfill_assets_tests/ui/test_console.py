@@ -108,8 +108,8 @@ def test_an_operator_reads_each_hours_checks_and_the_report_then_launches_a_rele
     console, page, instance
 ):
     open_page(page, f"{console.url}/assets")
-    for group in ("raw", "transformed", "aggregated", "release"):
-        assert page.get_by_text(group, exact=True).first.is_visible()
+    for group in ("raw", "transformed", "aggregated", "release"):  # once the rows loaded
+        page.get_by_text(group, exact=True).first.wait_for()
     picture(page, "catalog")
 
     # the shadow's manifest check: hour 03 failed among passing hours, with its reason
@@ -193,4 +193,4 @@ def test_an_operator_reads_each_hours_checks_and_the_report_then_launches_a_rele
     page.get_by_text("Passed (5)").wait_for()  # hours 00 and 01 passed again, 03 still red
     page.locator(f':text-is("{FIRST}"):visible').last.click()
     page.get_by_text(run.run_id[:8]).first.wait_for()  # the hour's latest result: this run
-    assert page.get_by_text("View all historical executions (2)").is_visible()
+    page.get_by_text("View all historical executions (2)").wait_for()
