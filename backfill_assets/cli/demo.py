@@ -206,7 +206,9 @@ class Tick:
 
     @property
     def clean(self) -> bool:
-        return self.status != "FAILURE" and self.message.startswith("no findings")
+        from backfill_assets.sensors.reconciliation import NO_FINDINGS
+
+        return self.status != "FAILURE" and self.message == NO_FINDINGS
 
     def lines(self) -> list[str]:
         failed = self.status == "FAILURE"

@@ -54,6 +54,8 @@ from backfill_assets.sensors.state import (
 from backfill_assets.settings import Settings
 
 SENSOR_NAME = "reconciliation_sensor"
+# The message of a tick that found nothing (the tick history shows it; the demo reads it).
+NO_FINDINGS = "no findings: backups and published data agree"
 
 
 @dataclass
@@ -295,7 +297,7 @@ def evaluate(
     elif result.findings:
         summary = f"{len(result.findings)} finding(s), nothing new to request"
     else:
-        summary = "no findings: backups and published data agree"
+        summary = NO_FINDINGS
     sensor_result = dg.SensorResult(skip_reason=summary, asset_events=events, cursor=next_cursor)
     return Evaluation(result, sensor_result, request_id)
 
