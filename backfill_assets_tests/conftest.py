@@ -263,6 +263,7 @@ def read_tree_lines(root: Path) -> tuple[list[tuple], list[tuple]]:
     return valid, malformed
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the marks into groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """``make test`` runs two pytest-xdist workers (``--dist loadgroup``): every test that
     uses the suite's Spark session runs in one of them, so it stays ONE session; the others
@@ -273,6 +274,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         group = "spark" if "spark" in getattr(item, "fixturenames", ()) else "processes"
         item.add_marker(pytest.mark.xdist_group(group))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Fail fast if the groups did not reach pytest-xdist (it names a grouped test
+    ``<id>@<group>``): the Spark tests would spread over both workers, two sessions."""
+    if not getattr(session.config.option, "loadgroup", False):  # an xdist worker of it
+        return
+    ungrouped = [item.nodeid for item in session.items if "@" not in item.nodeid]
+    if ungrouped:
+        raise pytest.UsageError(
+            f"pytest-xdist did not group {len(ungrouped)} test(s) (e.g. {ungrouped[0]}): "
+            f"this pytest and pytest-xdist do not work together for --dist loadgroup"
+        )
 
 
 @pytest.fixture(autouse=True)
