@@ -300,7 +300,7 @@ def client_hourly(sessions: DataFrame) -> DataFrame:
 def aggregated_shadow(
     context: dg.AssetExecutionContext,
     transformed_payloads: DataFrame | UpstreamGap,
-    launch_form: LaunchForm,
+    launch_form: LaunchForm,  # the launch dialog's form: its answers become the run's tags
 ) -> Iterator[dg.MaterializeResult | dg.AssetObservation]:
     """Rebuild the sessions and client_hourly shadow tables of the session hours."""
     started = time.monotonic()
@@ -329,7 +329,7 @@ def aggregated_shadow(
         CODE_VERSION,
     ).persist(StorageLevel.MEMORY_AND_DISK)
     lineage = {
-        **run_lineage(context, CODE_VERSION, launch_form),
+        **run_lineage(context, CODE_VERSION),
         "source_table": SOURCE_TABLE,
         "lookback_hours": lookback,
         "lookahead_hours": lookahead,

@@ -11,7 +11,6 @@ from pyspark.sql import functions as F
 from backfill_assets import tags
 from backfill_assets.resources import SHADOW_IO_MANAGER
 from backfill_assets.resources.io_managers import PUBLISHED_TABLE, READER_TABLE
-from backfill_assets.resources.launch_form import LaunchForm
 
 SINGLE_RUN = dg.BackfillPolicy.single_run()
 
@@ -54,13 +53,11 @@ def with_lineage(df: DataFrame, context: dg.AssetExecutionContext, code_version:
     )
 
 
-def run_lineage(
-    context: dg.AssetExecutionContext, code_version: str, launch_form: LaunchForm
-) -> dict:
+def run_lineage(context: dg.AssetExecutionContext, code_version: str) -> dict:
     """Lineage metadata common to every materialization of the project (the run manifest:
-    the launch form's answers and the run's tags)."""
+    the run's stored tags, the launch form's answers included)."""
     keys = list(context.partition_keys) if context.assets_def.partitions_def else []
-    manifest = tags.run_manifest(launch_form.run_tags(context))
+    manifest = tags.run_manifest(tags.of_run(context.instance, context.run_id))
     return {
         "run_id": context.run_id,
         "backfill_id": manifest["backfill_id"] or "",

@@ -91,7 +91,7 @@ def raw_shadow(
     context: dg.AssetExecutionContext,
     warehouse: Warehouse,
     backups: BackupStore,
-    launch_form: LaunchForm,
+    launch_form: LaunchForm,  # the launch dialog's form: its answers become the run's tags
 ):
     """Read the closed backup folders of the hours into the raw shadow tables."""
     started = time.monotonic()
@@ -160,7 +160,7 @@ def raw_shadow(
             ],
         )
         lineage = {
-            **run_lineage(context, CODE_VERSION, launch_form),
+            **run_lineage(context, CODE_VERSION),
             "input_files": len(files),
             "input_bytes": sum(max(f.size, 0) for f in files),
             "input_digest": digest_of([f"{f.rel_path}:{f.sha256}" for f in files]),

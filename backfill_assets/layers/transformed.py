@@ -93,7 +93,7 @@ def transform(raw_payloads: DataFrame) -> DataFrame:
 def transformed_shadow(
     context: dg.AssetExecutionContext,
     raw_payloads: DataFrame | UpstreamGap,
-    launch_form: LaunchForm,
+    launch_form: LaunchForm,  # the launch dialog's form: its answers become the run's tags
 ) -> Iterator[dg.MaterializeResult | dg.AssetObservation]:
     """Rebuild the transformed shadow table of the hours from the release's raw payloads."""
     started = time.monotonic()
@@ -107,7 +107,7 @@ def transformed_shadow(
         asset_key=SHADOW_PAYLOADS,
         value=transformed.select(*PAYLOAD_COLUMNS, "run_id", "code_version", "hour"),
         metadata={
-            **run_lineage(context, CODE_VERSION, launch_form),
+            **run_lineage(context, CODE_VERSION),
             "source_table": SOURCE_TABLE,
             "seconds": round(time.monotonic() - started, 2),
         },

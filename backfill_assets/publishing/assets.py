@@ -209,7 +209,7 @@ def publish_release(
     context: dg.AssetExecutionContext,
     config: PublishConfig,
     warehouse: Warehouse,
-    launch_form: LaunchForm,
+    launch_form: LaunchForm,  # the launch dialog's form: its answers become the run's tags
 ) -> Iterator[
     dg.AssetMaterialization | dg.AssetCheckEvaluation | dg.AssetObservation | dg.MaterializeResult
 ]:
@@ -221,7 +221,7 @@ def publish_release(
     report as an observation."""
     started = time.monotonic()
     spark = warehouse.spark
-    run_tags = launch_form.run_tags(context)
+    run_tags = tags.of_run(context.instance, context.run_id)  # with the form's answers
     release = resolve_release(spark, config, run_tags, context.run_id)
     layers = selected_layers(config.layers)
     if run_tags.get(tags.MODE) == "dry_run":
@@ -265,7 +265,7 @@ def publish_release(
         verdict = f"release {release} refused: {exc}{hint}"
         yield from refuse(context, verdict, {"release_id": release})
         return
-    lineage = {**run_lineage(context, "release", launch_form), "backfill_id": release}
+    lineage = {**run_lineage(context, "release"), "backfill_id": release}
     yield from partition_events(plan, lineage)
     yield from release_gate_evaluations(context.instance, plan, layers)
     counts = {

@@ -66,10 +66,6 @@ class LaunchForm(dg.ConfigurableResource):
         }
         return {key: value for key, value in answers.items() if value}
 
-    def run_tags(self, context: dg.AssetExecutionContext) -> dict[str, str]:
-        """The run's tags with this form's answers (written when the run started)."""
-        return tags.of_run(context.instance, context.run_id)
-
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         run = context.dagster_run
         answers = self.answers()
