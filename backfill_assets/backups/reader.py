@@ -101,14 +101,24 @@ def _parse(spark: SparkSession, paths: list[str], expected: DataFrame) -> DataFr
     # line (as in the reference); one null element is appended as the file's read marker.
     split = texts.select("file", "hour", "client_id", "hour_start_ms", parts.alias("parts"))
     parts = F.col("parts")
-    lines = split.select(
+    # Sized before the explode, so that no exploded row carries its file's whole array.
+    sized = split.select(
         "file",
         "hour",
         "client_id",
         "hour_start_ms",
         F.size(parts).alias("n"),
         (F.size(parts) - F.when(F.element_at(parts, -1) == "", 1).otherwise(0)).alias("n_lines"),
-        F.posexplode(F.concat(parts, F.array(F.lit(None).cast("string")))).alias("pos", "line"),
+        F.concat(parts, F.array(F.lit(None).cast("string"))).alias("items"),
+    )
+    lines = sized.select(
+        "file",
+        "hour",
+        "client_id",
+        "hour_start_ms",
+        "n",
+        "n_lines",
+        F.posexplode("items").alias("pos", "line"),
     ).where((F.col("pos") < F.col("n_lines")) | (F.col("pos") == F.col("n")))
     judged = judge(lines, "line", "client_id")
     reason, line = F.col("reason"), F.col("line")
@@ -241,6 +251,7 @@ def read_folders(
     judged = _parse(spark, paths, spark.createDataFrame(expected, _FILES_SCHEMA)).persist(
         StorageLevel.MEMORY_AND_DISK
     )
+    undecided = None
     try:
         kind = F.col("kind")
         decided = judged.where(kind.isin(KIND_PAYLOAD, KIND_QUARANTINE)).select(*COLUMNS)
@@ -249,6 +260,8 @@ def read_folders(
             .select("hour", "client_id", "file", "line_number", "raw_bytes")
             .repartition(1)  # a handful of lines: one Python task
             .mapInArrow(_reference(hour_starts), PARSED_SCHEMA)
+            # judged once: the caller's actions (counts, payloads, quarantine) reuse it
+            .persist(StorageLevel.MEMORY_AND_DISK)
         )
         files = judged.where(kind == _KIND_FILE)
         read = judged.where(kind == _KIND_READ).select("file")
@@ -275,4 +288,6 @@ def read_folders(
         )
         yield decided.unionByName(undecided).unionByName(file_rows)
     finally:
+        if undecided is not None:
+            undecided.unpersist()
         judged.unpersist()

@@ -102,23 +102,22 @@ def transformed_checks(context: dg.AssetCheckExecutionContext, warehouse: Wareho
     if not hours:
         yield from common.not_evaluated(context, why)
         return
-    payloads = common.shadow_version(spark, table, version).cache()
-    try:
-        report = rules.evaluate(
-            payloads,
-            TransformedPayloadSchema,
-            ["hour", "payload_id", "client_id", "page_url", "received_at"],
-        )
-        raw = resolve_upstream(
-            spark,
-            LAYER_RAW_SHADOW,
-            SOURCE_TABLE,
-            hours,
-            tags.release_id(context.run.tags, context.run.run_id),
-        ).frame
-        counts = reconcile_with_raw(payloads, raw)
-    finally:
-        payloads.unpersist()
+    # Not cached: the rules read every column once, the reconciliation only (hour,
+    # payload_id); two Parquet scans cost less than building an in-memory copy.
+    payloads = common.shadow_version(spark, table, version)
+    report = rules.evaluate(
+        payloads,
+        TransformedPayloadSchema,
+        ["hour", "payload_id", "client_id", "page_url", "received_at"],
+    )
+    raw = resolve_upstream(
+        spark,
+        LAYER_RAW_SHADOW,
+        SOURCE_TABLE,
+        hours,
+        tags.release_id(context.run.tags, context.run.run_id),
+    ).frame
+    counts = reconcile_with_raw(payloads, raw)
     rule_failing = report.reasons
     recon_failing = reconciliation_failures(hours, counts)
     common.record_and_log(
