@@ -251,18 +251,17 @@ def read_folders(
     judged = _parse(spark, paths, spark.createDataFrame(expected, _FILES_SCHEMA)).persist(
         StorageLevel.MEMORY_AND_DISK
     )
-    undecided = None
+    kind = F.col("kind")
+    undecided = (
+        judged.where(kind == _KIND_UNDECIDED)
+        .select("hour", "client_id", "file", "line_number", "raw_bytes")
+        .repartition(1)  # a handful of lines: one Python task
+        .mapInArrow(_reference(hour_starts), PARSED_SCHEMA)
+        # judged once: the caller's actions (counts, payloads, quarantine) reuse it
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
     try:
-        kind = F.col("kind")
         decided = judged.where(kind.isin(KIND_PAYLOAD, KIND_QUARANTINE)).select(*COLUMNS)
-        undecided = (
-            judged.where(kind == _KIND_UNDECIDED)
-            .select("hour", "client_id", "file", "line_number", "raw_bytes")
-            .repartition(1)  # a handful of lines: one Python task
-            .mapInArrow(_reference(hour_starts), PARSED_SCHEMA)
-            # judged once: the caller's actions (counts, payloads, quarantine) reuse it
-            .persist(StorageLevel.MEMORY_AND_DISK)
-        )
         files = judged.where(kind == _KIND_FILE)
         read = judged.where(kind == _KIND_READ).select("file")
         unreadable = (
@@ -288,6 +287,5 @@ def read_folders(
         )
         yield decided.unionByName(undecided).unionByName(file_rows)
     finally:
-        if undecided is not None:
-            undecided.unpersist()
+        undecided.unpersist()
         judged.unpersist()

@@ -211,15 +211,17 @@ class Tick:
         return self.status != "FAILURE" and self.message == NO_FINDINGS
 
     def lines(self) -> list[str]:
+        from backfill_assets.sensors.reconciliation import DRIFT, OBSERVATION, RESOLVED
+
         failed = self.status == "FAILURE"
         out = [f"tick FAILED: {self.message}" if failed else f"tick: {self.message}"]
         for event in self.observations:
             meta = {k: v.value for k, v in event.metadata.items()}
             where = f"{event.partition or '':13}  {event.asset_key.to_user_string()}"
-            if meta.get("reconciliation") == "drift":
+            if meta.get(OBSERVATION) == DRIFT:
                 out.append(f"{where}: {meta['kinds']} -> {meta['action']}")
                 out += [f"    {f['kind']}: {f['detail']}" for f in meta["findings"]]
-            elif meta.get("reconciliation") == "resolved":
+            elif meta.get(OBSERVATION) == RESOLVED:
                 out.append(f"{where}: resolved")
             else:
                 out.append(f"recorded for {event.asset_key.to_user_string()}: "

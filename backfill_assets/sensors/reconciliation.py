@@ -56,6 +56,11 @@ from backfill_assets.settings import Settings
 SENSOR_NAME = "reconciliation_sensor"
 # The message of a tick that found nothing (the tick history shows it; the demo reads it).
 NO_FINDINGS = "no findings: backups and published data agree"
+# An hour's observation: metadata OBSERVATION is DRIFT (with kinds, findings, action) or
+# RESOLVED (the drift reported before is gone).
+OBSERVATION = "reconciliation"
+DRIFT = "drift"
+RESOLVED = "resolved"
 
 
 @dataclass
@@ -194,7 +199,7 @@ def _observations(
                 partition=hour,
                 description=f"reconciliation: {', '.join(sorted({f.kind for f in found}))}",
                 metadata={
-                    "reconciliation": "drift",
+                    OBSERVATION: DRIFT,
                     "kinds": ", ".join(sorted({f.kind for f in found})),
                     "findings": dg.MetadataValue.json([f.to_dict() for f in found]),
                     "action": action,
@@ -210,9 +215,9 @@ def _observations(
                     dg.AssetObservation(
                         asset_key=keys[layer],
                         partition=hour,
-                        description="reconciliation: resolved",
+                        description=f"reconciliation: {RESOLVED}",
                         metadata={
-                            "reconciliation": "resolved",
+                            OBSERVATION: RESOLVED,
                             "kinds": "",
                             "action": "none",
                             "sensor": SENSOR_NAME,
