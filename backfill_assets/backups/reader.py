@@ -12,7 +12,7 @@ One plan, no per-file or per-hour jobs, nothing collected to the driver:
   on its raw bytes (through ISO-8859-1) so that each line keeps its bytes. A file Spark
   cannot decompress (``ignoreCorruptFiles``) yields no row and becomes one
   ``file_unreadable`` quarantine row.
-- **Verdicts**: ``spark_contract.verdict`` applies ``contract.parse_line``'s rules as column
+- **Verdicts**: ``spark_contract.judge`` applies ``contract.parse_line``'s rules as column
   expressions. The rare lines it cannot decide exactly (``UNDECIDED``: not UTF-8, not
   JSON, exotic numbers or timestamps, ...) go to ``contract.parse_line`` itself in a Python
   worker; a valid line never does.

@@ -3,24 +3,33 @@
 ``backups.contract`` stays the single source of truth. ``judge`` expresses, as built-in
 Spark functions, every check ``contract.validate`` makes of a *valid* line, and produces its
 typed values exactly as the reference does (same integer and timestamp semantics, down to
-Python's float rounding of fractional seconds). A JSON value is parsed once into a VARIANT
-(``try_parse_json``); each field's JSON type comes from ``schema_of_variant``; each costly
-value is computed once in a staged projection and referenced by name.
+Python's float rounding of fractional seconds).
+
+A line is parsed once, by ``from_json`` with the contract's fields as its schema and
+Jackson's strict JSON (no single quotes, comments, NaN, leading zeros, control characters):
+integers are ``bigint`` (a float, boolean, string or 19+ digit number fails the record),
+strings are ``string``, and ``schema_version`` is a VARIANT so that an absent version (1)
+and a JSON ``null`` stay apart. A record that fails to parse or convert is caught by the
+corrupt-record column. Spark's JSON reader is lenient in four ways, and ``judge`` closes each:
+
+- a non-string JSON value read as a string becomes its JSON text (``123``, ``true``,
+  ``{...}``, ``"Infinity"``): a string field whose value could be such a text is not
+  decided here (enums, timestamps and URLs cannot be);
+- text after the first value is ignored: a line is decided here only if it is one object
+  without nested braces or brackets followed by blanks, or if it parses as exactly one
+  JSON value (``json_array_length``) and nests fewer than 400 levels (Python's recursion
+  limit, not Jackson's, decides deeper lines);
+- a lone surrogate escape becomes ``?``: a line with any surrogate escape goes to Python;
+- bytes that are not UTF-8 become U+FFFD: such a line goes to Python.
 
 A line the JVM does not find valid (or cannot decide exactly) gets the verdict
 ``UNDECIDED`` and the reader hands it to ``contract.parse_line`` itself, which words the
 quarantine reason. Those are the malformed lines (a fraction of a percent of a backup) and a
-few valid but unusual ones:
-
-- bytes that are not UTF-8, text Spark's JSON parser refuses (not JSON, duplicate keys,
-  lone surrogate escapes, nesting beyond Jackson's limits), more than one JSON value;
-- a number whose JSON token the VARIANT cannot tell apart (``1.0`` and a 19+ digit integer
-  are both ``DECIMAL(p,0)``; ``1e2`` and a 39+ digit integer both ``DOUBLE``), so "an
-  integer is a JSON number without a fraction" is decided by Python for them;
-- a timestamp not of the form ``YYYY-MM-DDTHH:MM:SS[.f{1,6}][Z]`` (``fromisoformat``
-  accepts many more forms);
-- a ``page_url`` whose host has brackets or non-ASCII characters (``urlsplit``'s IPv6 and
-  NFKC checks) or that holds tab/CR/LF or control characters before the host.
+few valid but unusual ones: the lenient cases above; a timestamp not of the form
+``YYYY-MM-DDTHH:MM:SS[.f{1,6}][Z]`` (``fromisoformat`` accepts many more forms); a
+``page_url`` whose host has brackets or non-ASCII characters (``urlsplit``'s IPv6 and NFKC
+checks) or that holds tab/CR/LF or control characters before the host; a v1 line whose
+ignored ``event_time_ms`` is not an integer.
 
 ``backfill_assets_tests/backups/test_spark_contract.py`` runs both on a generated corpus
 of edge cases and asserts that the JVM never accepts a line the reference rejects, and that
@@ -45,26 +54,44 @@ _URL_OK = (
     r"^[Hh][Tt][Tt][Pp][Ss]?://[\x00-\x08\x0b\x0c\x0e-\x22\x24-\x2e\x30-\x3e\x40-\x5a"
     r"\x5c\x5e-\x7f]+([/?#][^\t\r\n]*)?\z"
 )
-_INT_TYPES = ("BIGINT", "INT", "SMALLINT", "TINYINT")
 
 
-def _div(a: Column, b: int) -> Column:
-    return (a / F.lit(b)).cast("long")  # only for non-negative a: truncation is floor
-
-
+# The contract's fields as from_json reads them: integers as bigint, strings as string; the
+# corrupt-record column flags a line that does not parse or convert.
 _FIELDS = {
-    "schema_version": "int",
-    "payload_id": "str",
-    "client_id": "int",
-    "user_id": "str",
-    "event_time": "str",
-    "event_time_ms": "int",
-    "received_at": "str",
-    "event_type": "str",
-    "page_url": "str",
-    "device": "str",
-    "referrer": "str",
+    "payload_id": "string",
+    "client_id": "bigint",
+    "user_id": "string",
+    "event_time": "string",
+    "event_time_ms": "bigint",
+    "received_at": "string",
+    "event_type": "string",
+    "page_url": "string",
+    "device": "string",
+    "referrer": "string",
 }
+_SCHEMA = ", ".join(
+    [*(f"{n} {t}" for n, t in _FIELDS.items()), "schema_version bigint", "_corrupt_record string"]
+)
+_JSON_OPTIONS = {  # Jackson as strict as Python's json (a few are Spark's defaults already)
+    "mode": "PERMISSIVE",
+    "columnNameOfCorruptRecord": "_corrupt_record",
+    "allowSingleQuotes": "false",
+    "allowNonNumericNumbers": "false",
+    "allowComments": "false",
+    "allowUnquotedFieldNames": "false",
+    "allowNumericLeadingZeros": "false",
+    "allowBackslashEscapingAnyCharacter": "false",
+    "allowUnquotedControlChars": "false",
+}
+# One object with no brace or bracket inside, then blanks: nothing else can follow it.
+_FLAT_OBJECT = "^" + _JSON_WS + r"\{[^{}\[\]]*\}" + _JSON_WS + r"\z"
+_MAX_NESTING = 400  # deeper lines go to Python (whose recursion limit decides them)
+_SURROGATE_ESCAPE = r"\\u[dD][89a-fA-F]"  # from_json would turn a lone one into '?'
+_UNICODE_ESCAPE = "\\u"
+# What from_json makes of a non-string value read as a string: a number, true, false, an
+# object or array, or a quoted "Infinity" (1e400). A string like that is left to Python.
+_NOT_STRING_TEXT = r'(?s)^([-+0-9.eE]+|true|false|[\[{"].*)\z'
 _TIMES = ("event_time", "received_at")
 # Output columns of ``judge`` (besides the input's).
 VERDICT_COLUMNS = (
@@ -86,62 +113,16 @@ def _c(name: str) -> Column:
     return F.col(f"_j_{name}")
 
 
-def _time_parts(name: str) -> list[Column]:
-    """Calendar parts of a ``_ISO``-form string (null-safe: ``try_cast``)."""
+def _time_ms(name: str) -> Column:
+    """``contract.parse_iso_ms`` of a ``_ISO``-form string: epoch ms, or null (not a valid
+    calendar time, or not of that form). Spark reads the time (naive means UTC, as in the
+    reference) exactly to the microsecond; the ms are then rounded in the same IEEE steps
+    as Python's ``int(total_us / 10**6 * 1000 + 0.5)`` (for times after 1970, all that
+    the contract's range admits)."""
     text = _c(f"s_{name}")
-
-    def num(start: int, length: int) -> Column:
-        return F.substring(text, start, length).try_cast("long")
-
-    fraction = F.when(
-        F.substring(text, 20, 1) == ".", F.regexp_extract(text, r"\.(\d{1,6})", 1)
-    ).otherwise(F.lit(""))
-    return [
-        text.rlike(_ISO).alias(f"_j_{name}_form"),
-        num(1, 4).alias(f"_j_{name}_y"),
-        num(6, 2).alias(f"_j_{name}_mo"),
-        num(9, 2).alias(f"_j_{name}_d"),
-        num(12, 2).alias(f"_j_{name}_h"),
-        num(15, 2).alias(f"_j_{name}_mi"),
-        num(18, 2).alias(f"_j_{name}_s"),
-        F.rpad(fraction, 6, "0").try_cast("long").alias(f"_j_{name}_us"),
-    ]
-
-
-def _time_values(name: str) -> list[Column]:
-    """``contract.parse_iso_ms`` of the parts: validity and epoch ms (IEEE as Python)."""
-    y, mo, d = _c(f"{name}_y"), _c(f"{name}_mo"), _c(f"{name}_d")
-    h, mi, s, us = _c(f"{name}_h"), _c(f"{name}_mi"), _c(f"{name}_s"), _c(f"{name}_us")
-    leap = ((y % 4 == 0) & (y % 100 != 0)) | (y % 400 == 0)
-    days_in_month = (
-        F.when(mo.isin(4, 6, 9, 11), 30).when(mo == 2, F.when(leap, 29).otherwise(28)).otherwise(31)
-    )
-    valid = (
-        (y >= 1)
-        & mo.between(1, 12)
-        & (d >= 1)
-        & (d <= days_in_month)
-        & (h <= 23)
-        & (mi <= 59)
-        & (s <= 59)
-    )
-    # days from civil (H. Hinnant); all terms are non-negative for years >= 1
-    yy = y - F.when(mo <= 2, 1).otherwise(0)
-    era = _div(yy, 400)
-    yoe = yy - era * 400
-    doy = _div(153 * (mo + F.when(mo > 2, -3).otherwise(9)) + 2, 5) + d - 1
-    doe = yoe * 365 + _div(yoe, 4) - _div(yoe, 100) + doy
-    days = era * 146097 + doe - 719468
-    total_us = (days * 86400 + h * 3600 + mi * 60 + s) * 1_000_000 + us
-    # Python: timestamp() = total_us / 10**6 (a correctly rounded double), then
-    # int(ts * 1000 + 0.5) for ts >= 0 (int(ts * 1000 - 0.5) below): the same IEEE steps.
-    seconds = total_us.cast("double") / F.lit(1_000_000.0)
-    half = F.when(seconds >= 0, F.lit(0.5)).otherwise(F.lit(-0.5))
-    ms = F.when(valid, (seconds * F.lit(1000.0) + half).cast("long"))
-    return [
-        F.coalesce(valid, F.lit(False)).alias(f"_j_{name}_valid"),
-        ms.alias(f"_j_{name}_ms"),
-    ]
+    utc = F.when(text.endswith("Z"), text).otherwise(F.concat(text, F.lit("Z")))
+    seconds = F.unix_micros(F.try_to_timestamp(utc)).cast("double") / F.lit(1_000_000.0)
+    return F.when(text.rlike(_ISO), (seconds * F.lit(1000.0) + F.lit(0.5)).cast("long"))
 
 
 def judge(frame: DataFrame, line: str, client_id: str) -> DataFrame:
@@ -153,109 +134,84 @@ def judge(frame: DataFrame, line: str, client_id: str) -> DataFrame:
     (``client_id_value`` is the line's own ``client_id``).
     """
     text = F.col(line)
-    # 1. parse once (and check that the line holds one JSON value, nothing after it)
+    # 1. parse once; is the line one object and nothing else?
     one_value = (F.json_array_length(F.concat(F.lit("["), text, F.lit("]"))) == 1) & (
         F.json_array_length(F.concat(F.lit("["), text, F.lit(",0]"))) == 2
     )
-    # A line with a single '{' and '}' (the last non-blank character) that parses as an
-    # object holds nothing after it; other lines pay for the two-parse check.
-    single_braces = text.rlike(r"^[^{}]*\{[^{}]*\}[ \t\r\n]*\z")
+    nesting = F.length(text) - F.length(F.translate(text, "[{", ""))  # an upper bound
+    single = (  # the common case, one regex: no other value can follow the object
+        text.rlike(_FLAT_OBJECT)
+        | (text.rlike("^" + _JSON_WS + r"\{") & (nesting < _MAX_NESTING) & one_value)
+    )
+    escaped = text.contains(_UNICODE_ESCAPE)
     staged = frame.select(
         "*",
-        F.try_parse_json(text).alias("_j_v"),
-        (single_braces | F.coalesce(one_value, F.lit(False))).alias("_j_one_value"),
+        F.from_json(text, _SCHEMA, _JSON_OPTIONS).alias("_j_r"),
+        (
+            F.is_valid_utf8(text)
+            & F.when(escaped, ~text.rlike(_SURROGATE_ESCAPE)).otherwise(F.lit(True))
+            & F.coalesce(single, F.lit(False))
+        ).alias("_j_plain"),
     )
-    v = _c("v")
-    # 2. each field once, as a VARIANT; whether the root is an object (starts with '{')
-    is_object = text.rlike("^" + _JSON_WS + r"\{")
+    # 2. the fields; the version: from_json reads an absent one and a JSON null both as
+    # null, so an absent version (1) is only decided here for a line that cannot spell the
+    # key (neither the name nor a \u escape); an integer must be one (bigint).
+    given = F.col("_j_r.schema_version")
+    absent = given.isNull() & ~text.contains('"schema_version"') & ~escaped
     staged = staged.select(
         "*",
-        (F.is_valid_utf8(text) & v.isNotNull() & _c("one_value")).alias("_j_decoded"),
-        is_object.alias("_j_object"),
-        *(F.try_variant_get(v, f"$.{n}", "variant").alias(f"_j_f_{n}") for n in _FIELDS),
+        *(F.col(f"_j_r.{n}").alias(f"_j_s_{n}") for n in _FIELDS),
+        F.when(absent, F.lit(1)).otherwise(given).alias("_j_version"),
     )
-    # 3. each field's JSON type and typed value once
-    staged = staged.select(
-        "*",
-        *(F.schema_of_variant(_c(f"f_{n}")).alias(f"_j_t_{n}") for n in _FIELDS),
-        F.coalesce(
-            F.try_variant_get(_c("f_page_url"), "$", "string").rlike(_URL_OK), F.lit(False)
-        ).alias("_j_url_ok"),
-        *(
-            F.try_variant_get(_c(f"f_{n}"), "$", "bigint" if kind == "int" else "string").alias(
-                f"_j_{'i' if kind == 'int' else 's'}_{n}"
-            )
-            for n, kind in _FIELDS.items()
-        ),
-    )
-    # 4. timestamp parts; the version
-    t = {n: _c(f"t_{n}") for n in _FIELDS}
-    staged = staged.select(
-        "*",
-        *(part for n in _TIMES for part in _time_parts(n)),
-        F.when(_c("f_schema_version").isNull(), F.lit(1))
-        .when(t["schema_version"].isin(*_INT_TYPES), _c("i_schema_version"))
-        .alias("_j_version"),
-    )
-    # 5. timestamps
-    staged = staged.select("*", *(value for n in _TIMES for value in _time_values(n)))
-    # 6. valid: every check of contract.validate passes (any failure: left to Python)
+    # 3. timestamps
+    staged = staged.select("*", *(_time_ms(n).alias(f"_j_{n}_ms") for n in _TIMES))
+    # 4. valid: every check of contract.validate passes (any failure: left to Python)
     version = _c("version")
     v1, v2 = version == 1, version == 2
-
-    def is_str(name: str) -> Column:
-        return t[name] == "STRING"
-
-    def is_int(name: str) -> Column:
-        return t[name].isin(*_INT_TYPES)
 
     def in_range(ms: Column) -> Column:
         return ms.between(contract._MIN_MS, contract._MAX_MS - 1)
 
-    def good_time(name: str) -> Column:
-        return is_str(name) & _c(f"{name}_form") & _c(f"{name}_valid") & in_range(_c(f"{name}_ms"))
+    def good_time(name: str) -> Column:  # the ISO form implies a JSON string
+        return in_range(_c(f"{name}_ms"))
 
-    payload_id, user_id = _c("s_payload_id"), _c("s_user_id")
-    event_time_ms_v2 = _c("i_event_time_ms")
+    def a_string(value: Column) -> Column:  # not possibly the JSON text of another type
+        return ~value.rlike(_NOT_STRING_TEXT)
+
+    payload_id, user_id, referrer = _c("s_payload_id"), _c("s_user_id"), _c("s_referrer")
+    event_time_ms_v2 = _c("s_event_time_ms")
     checks = [
-        _c("decoded"),
-        _c("object"),
+        _c("plain"),
+        F.col("_j_r._corrupt_record").isNull(),
         version.isin(*contract.SCHEMA_VERSIONS),
-        is_str("payload_id"),
-        is_int("client_id"),
-        is_str("user_id"),
-        v2 | good_time("event_time"),
-        v1 | (is_int("event_time_ms") & in_range(event_time_ms_v2)),
-        good_time("received_at"),
-        is_str("event_type"),
-        is_str("page_url"),
-        is_str("device"),
-        v1 | _c("f_referrer").isNull() | t["referrer"].isin("VOID", "STRING"),
         payload_id != "",
+        a_string(payload_id),
         user_id != "",
+        a_string(user_id),
+        v2 | good_time("event_time"),
+        v1 | in_range(event_time_ms_v2),
+        good_time("received_at"),
         _c("s_event_type").isin(*contract.EVENT_TYPES),
         _c("s_device").isin(*contract.DEVICES),
-        _c("url_ok"),
-        _c("i_client_id") == F.col(client_id),
+        F.coalesce(_c("s_page_url").rlike(_URL_OK), F.lit(False)),
+        v1 | referrer.isNull() | a_string(referrer),
+        _c("s_client_id") == F.col(client_id),
     ]
     valid = checks[0]
     for check in checks[1:]:
         valid = valid & check
     reason = F.when(~F.coalesce(valid, F.lit(False)), F.lit(UNDECIDED))
-    record_client = _c("i_client_id")
     return staged.select(
         *(c for c in staged.columns if not c.startswith("_j_")),
         reason.alias("reason"),
         payload_id.alias("payload_id"),
-        record_client.alias("client_id_value"),
+        _c("s_client_id").alias("client_id_value"),
         user_id.alias("user_id"),
         F.when(v1, _c("event_time_ms")).otherwise(event_time_ms_v2).alias("event_time_ms"),
         _c("received_at_ms").alias("received_at_ms"),
         _c("s_event_type").alias("event_type"),
         _c("s_page_url").alias("page_url"),
         _c("s_device").alias("device"),
-        F.when(v2 & (t["referrer"] == "STRING"), _c("s_referrer"))
-        .otherwise(F.lit(None).cast("string"))
-        .alias("referrer"),
+        F.when(v2, referrer).alias("referrer"),
         version.cast("int").alias("schema_version"),
     )

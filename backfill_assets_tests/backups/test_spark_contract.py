@@ -98,7 +98,7 @@ def test_random_lines_accepted_by_the_jvm_are_the_references_payloads(spark):
     ],
 )
 def test_subtle_json_is_never_decided_differently(spark, line: bytes):
-    """1.0 for an integer (VARIANT normalizes it) and trailing data (Spark ignores it)."""
+    """1.0 for an integer and trailing data (from_json ignores what follows a value)."""
     ((reason, _),) = jvm(spark, [line])
     assert reason == UNDECIDED or reason == reference(line)[0]
     assert reference(line)[0] is not None
