@@ -153,6 +153,45 @@ def assign_session_hours(
     )
 
 
+def assign_distinct_session_hours(
+    payloads: DataFrame, first: str, last: str, lookback: int, lookahead: int
+) -> DataFrame:
+    """``assign_session_hours`` keeping one copy per (session hour, payload_id): the one
+    ``transformed.deduplicate`` keeps (the first in ``DEDUPLICATION_ORDER``, nulls last).
+
+    Without a second pass over the copies: one window over the payloads themselves gives
+    each payload the deliveries of its id (received hour and order key), null when it was
+    delivered once, as almost every payload is; a copy for session hour H is kept unless
+    another delivery inside H's window orders before it. The transformed layer holds one
+    row per (received hour, payload_id), so the received hour breaks ties between copies
+    that are equal in every ordered column (and hence in everything sessions read).
+    """
+    order = F.struct(
+        *(
+            F.struct(F.col(c).isNull().alias("null"), F.col(c).alias("value")).alias(c)
+            for c in transformed.DEDUPLICATION_ORDER
+            if c in payloads.columns
+        ),
+        epoch_hour_of(F.col("hour")).alias("received"),
+    )
+    deliveries = F.collect_list(order).over(Window.partitionBy("payload_id"))
+    ranked = payloads.select(
+        "*",
+        order.alias("_order"),
+        F.when(F.size(deliveries) > 1, deliveries).alias("_deliveries"),
+    )
+    windowed = assign_session_hours(ranked, first, last, lookback, lookahead)
+    session = epoch_hour_of(F.col("session_hour"))
+    mine = F.col("_order")
+
+    def earlier_in_window(other: Column) -> Column:
+        received = other["received"]
+        return received.between(session - lookback, session + lookahead) & (other < mine)
+
+    first_copy = F.col("_deliveries").isNull() | ~F.exists("_deliveries", earlier_in_window)
+    return windowed.where(first_copy).drop("_order", "_deliveries")
+
+
 def session_window_mapping() -> dg.TimeWindowPartitionMapping:
     """Session hour H reads received hours [H - lookback, H + lookahead]; the newest hours'
     windows reach into hours that do not exist yet (they are simply not read)."""
@@ -169,7 +208,11 @@ def session_window_mapping() -> dg.TimeWindowPartitionMapping:
 
 
 def sessionize(
-    payloads: DataFrame, keys: list[str], *, with_payload_digest: bool = False
+    payloads: DataFrame,
+    keys: list[str],
+    *,
+    with_payload_digest: bool = False,
+    distinct: bool = False,
 ) -> DataFrame:
     """Sessions of ``payloads`` per ``keys`` (each key value is sessionized on its own).
 
@@ -178,13 +221,15 @@ def sessionize(
     than 30 minutes starts a new session. Returns ``keys`` + client_id, user_id,
     session_start_at, session_end_at, payload_count, pageview_count, entry_url, exit_url,
     device (+ ``payload_digest``, an order-independent digest of the payload id set).
+    ``distinct``: the caller de-duplicated the payloads per key value already.
     """
-    distinct = transformed.deduplicate(payloads, keys)
+    if not distinct:
+        payloads = transformed.deduplicate(payloads, keys)
     by_user = Window.partitionBy(*keys, "client_id", "user_id").orderBy("event_time", "payload_id")
     micros = F.unix_micros("event_time")
     gap = micros - F.lag(micros).over(by_user)
     new_session = F.when(gap.isNull() | (gap > SESSION_GAP_MICROS), 1).otherwise(0)
-    numbered = distinct.withColumn(
+    numbered = payloads.withColumn(
         "_session",
         F.sum(new_session).over(by_user.rowsBetween(Window.unboundedPreceding, Window.currentRow)),
     )
@@ -224,10 +269,10 @@ def build_sessions(
     payload is at most 30 minutes before the end of the window read (the end of received
     hour ``H + lookahead``), so a payload received after the window could continue it.
     """
-    windowed = assign_session_hours(
+    windowed = assign_distinct_session_hours(
         payloads.select(*PAYLOAD_COLUMNS), first, last, lookback, lookahead
     )
-    sessions = sessionize(windowed, ["session_hour", "window_end"])
+    sessions = sessionize(windowed, ["session_hour", "window_end"], distinct=True)
     start, end = F.col("session_start_at"), F.col("session_end_at")
     return (
         sessions.where(F.date_format(start, HOUR_OF) == F.col("session_hour"))
