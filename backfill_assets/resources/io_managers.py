@@ -57,17 +57,26 @@ def partition_stats(df: DataFrame) -> dict[str, tuple[int, str, str | None]]:
     """
     columns = [c for c in df.columns if c not in (*LINEAGE_COLUMNS, "hour", "version")]
     code = F.max("code_version") if "code_version" in df.columns else F.lit(None)
+    row_hash = F.xxhash64(*columns)
     rows = (
         df.groupBy("hour")
         .agg(
             F.count(F.lit(1)).alias("rows"),
-            F.sum(F.xxhash64(*columns).cast("decimal(38,0)")).alias("hash_sum"),
+            # the exact sum of the 64-bit hashes, as two long sums (no decimal arithmetic):
+            # high halves (signed) and low halves (unsigned), exact below 2**31 rows an hour
+            F.sum(F.shiftright(row_hash, 32)).alias("hash_high"),
+            F.sum(row_hash.bitwiseAND(F.lit(0xFFFFFFFF))).alias("hash_low"),
             code.cast("string").alias("code_version"),
         )
         .collect()
     )
     return {
-        r["hour"]: (r["rows"], f"{r['rows']}:{r['hash_sum'] or 0}", r["code_version"]) for r in rows
+        r["hour"]: (
+            r["rows"],
+            f"{r['rows']}:{((r['hash_high'] or 0) << 32) + (r['hash_low'] or 0)}",
+            r["code_version"],
+        )
+        for r in rows
     }
 
 

@@ -111,6 +111,11 @@ def spark_config(
             f"jdbc:derby:;databaseName={settings.metastore_dir};create=true"
         )
         java_options.append(f"-Dderby.system.home={settings.data_root}")
+        # Hive makes a resources directory per session (and never removes it): under
+        # DATA_ROOT, not one more empty directory in /tmp for every run.
+        conf["spark.hadoop.hive.downloaded.resources.dir"] = (
+            f"{settings.data_root}/hive_resources/${{hive.session.id}}_resources"
+        )
     conf["spark.driver.extraJavaOptions"] = " ".join(java_options)
     return conf
 
