@@ -9,9 +9,10 @@ Only the sessions that start in H are kept (see "Sessions" in ``shared/backup-fo
 Range independence: the sessions of H depend only on H's own window, whatever range H is
 backfilled in. One Spark job builds every hour of the range: each payload is copied to
 each session hour of the range whose window holds its received hour (at most
-``lookback + lookahead + 1`` copies), then de-duplicated and sessionized per
-(session hour, client_id, user_id) with window functions. No per-hour jobs, nothing
-collected to the driver.
+``lookback + lookahead + 1`` copies) and de-duplicated per session hour without a pass
+over the copies (``assign_distinct_session_hours``), then sessionized per (session hour,
+client_id, user_id) with window functions. No per-hour jobs, nothing collected to the
+driver.
 """
 
 import time
