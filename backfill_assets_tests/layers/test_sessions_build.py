@@ -147,3 +147,41 @@ def test_client_hourly_metrics(spark) -> None:
     # p95 of 4 values, linear: rank 0.95 * 3 = 2.85 -> d[2] + 0.85 * (d[3] - d[2])
     assert abs(row["p95_duration_seconds"] - (1800 + 0.85 * (10200 - 1800))) < 1e-9
     assert row["truncated_sessions"] == 1
+
+
+def test_distinct_session_hours_keep_the_copy_the_deduplication_keeps(spark):
+    """One window over the payloads chooses, per session hour, the copy that a window over
+    the copies (``transformed.deduplicate``) would: deliveries across received hours, a
+    later one that orders first (earlier event time, same received_at), exact ties."""
+    from backfill_assets.layers import transformed
+    from backfill_assets.layers.aggregated import (
+        assign_distinct_session_hours,
+        assign_session_hours,
+    )
+
+    rows = [
+        payload("d1", "a", "2026-11-20T05:00:00", "2026-11-20T04:10:00", kind="click"),
+        payload("d1", "a", "2026-11-20T05:00:00", "2026-11-20T06:10:00"),
+        payload("d1", "a", "2026-11-20T05:00:00", "2026-11-20T09:10:00", device="tablet"),
+        payload("d2", "b", "2026-11-20T05:00:00", "2026-11-20T05:10:00", kind="scroll"),
+        payload("d2", "b", "2026-11-20T04:59:00", "2026-11-20T07:10:00"),
+        payload("d3", "c", "2026-11-20T05:00:00", "2026-11-20T05:10:00"),
+        payload("d3", "c", "2026-11-20T05:00:00", "2026-11-20T06:10:00"),
+        payload("once", "d", "2026-11-20T05:00:00"),
+    ]
+    # an exact tie: the same copy in the folders of two received hours
+    tie = payload("d4", "e", "2026-11-20T05:00:00", "2026-11-20T05:10:00")
+    rows += [tie, (*tie[:-1], "2026-11-20T08")]
+    df = spark.createDataFrame(rows, SCHEMA)
+    keys = ["session_hour", "window_end"]
+    # not "hour": of two exact ties, which folder's copy is kept does not matter
+    columns = ["session_hour", "payload_id", "event_type", "device", "event_time", "received_at"]
+
+    def sorted_rows(frame):
+        return sorted(tuple(r) for r in frame.select(*columns).collect())
+
+    for first, last in (("2026-11-20T02", "2026-11-20T12"), ("2026-11-20T07", "2026-11-20T07")):
+        expected = transformed.deduplicate(assign_session_hours(df, first, last, 3, 3), keys)
+        got = assign_distinct_session_hours(df, first, last, 3, 3)
+        assert sorted_rows(got) == sorted_rows(expected)
+        assert got.groupBy(*keys, "payload_id").count().where("count > 1").count() == 0
