@@ -7,10 +7,9 @@ Python's float rounding of fractional seconds).
 
 A line is parsed once, by ``from_json`` with the contract's fields as its schema and
 Jackson's strict JSON (no single quotes, comments, NaN, leading zeros, control characters):
-integers are ``bigint`` (a float, boolean, string or 19+ digit number fails the record),
-strings are ``string``, and ``schema_version`` is a VARIANT so that an absent version (1)
-and a JSON ``null`` stay apart. A record that fails to parse or convert is caught by the
-corrupt-record column. Spark's JSON reader is lenient in four ways, and ``judge`` closes each:
+integers are ``bigint`` (a float, boolean, string or 19+ digit number fails the record)
+and strings are ``string``. A record that fails to parse or convert is caught by the
+corrupt-record column. Spark's JSON reader is lenient in five ways, and ``judge`` closes each:
 
 - a non-string JSON value read as a string becomes its JSON text (``123``, ``true``,
   ``{...}``, ``"Infinity"``): a string field whose value could be such a text is not
@@ -20,7 +19,10 @@ corrupt-record column. Spark's JSON reader is lenient in four ways, and ``judge`
   JSON value (``json_array_length``) and nests fewer than 400 levels (Python's recursion
   limit, not Jackson's, decides deeper lines);
 - a lone surrogate escape becomes ``?``: a line with any surrogate escape goes to Python;
-- bytes that are not UTF-8 become U+FFFD: such a line goes to Python.
+- bytes that are not UTF-8 become U+FFFD: such a line goes to Python;
+- an absent ``schema_version`` (version 1) and a JSON ``null`` both read as null: the
+  version is taken as absent only in a line that cannot spell the key (neither
+  ``"schema_version"`` nor any ``\\u`` escape in it).
 
 A line the JVM does not find valid (or cannot decide exactly) gets the verdict
 ``UNDECIDED`` and the reader hands it to ``contract.parse_line`` itself, which words the
@@ -172,9 +174,6 @@ def judge(frame: DataFrame, line: str, client_id: str) -> DataFrame:
     def in_range(ms: Column) -> Column:
         return ms.between(contract._MIN_MS, contract._MAX_MS - 1)
 
-    def good_time(name: str) -> Column:  # the ISO form implies a JSON string
-        return in_range(_c(f"{name}_ms"))
-
     def a_string(value: Column) -> Column:  # not possibly the JSON text of another type
         return ~value.rlike(_NOT_STRING_TEXT)
 
@@ -188,9 +187,9 @@ def judge(frame: DataFrame, line: str, client_id: str) -> DataFrame:
         a_string(payload_id),
         user_id != "",
         a_string(user_id),
-        v2 | good_time("event_time"),
+        v2 | in_range(_c("event_time_ms")),  # an ISO form: a JSON string
         v1 | in_range(event_time_ms_v2),
-        good_time("received_at"),
+        in_range(_c("received_at_ms")),
         _c("s_event_type").isin(*contract.EVENT_TYPES),
         _c("s_device").isin(*contract.DEVICES),
         F.coalesce(_c("s_page_url").rlike(_URL_OK), F.lit(False)),

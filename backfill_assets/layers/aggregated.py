@@ -182,7 +182,8 @@ def assign_distinct_session_hours(
         F.when(F.size(deliveries) > 1, deliveries).alias("_deliveries"),
     )
     windowed = assign_session_hours(ranked, first, last, lookback, lookahead)
-    session = epoch_hour_of(F.col("session_hour"))
+    # the copy's session hour H from its window end, (H + lookahead + 1) h: no string parse
+    session = (F.unix_seconds(F.col("window_end")) / 3600).cast("long") - (lookahead + 1)
     mine = F.col("_order")
 
     def earlier_in_window(other: Column) -> Column:
