@@ -18,6 +18,7 @@ from backfill_assets.cli.main import CommandError
 
 START = "2026-11-20T00"
 TINY_START = "2026-10-01T00"
+MEMORY_SHORT_HOURS = 24  # the short range the driver memory of the fixed-cost range is held to
 
 
 @dataclass
@@ -198,11 +199,53 @@ def run(args: argparse.Namespace) -> int:
         return 0 if ok else 1
 
 
+@dataclass(frozen=True)
+class DriverMemory:
+    """What a release needed of the driver's memory (both processes of a local session)."""
+
+    python_peak_mb: float  # this Python process's peak resident set so far (ru_maxrss)
+    jvm_old_peak_mb: float  # peak of the JVM heap's old generation during the release
+    jvm_retained_mb: float  # JVM heap in use after a full collection once it ended
+
+
+def _heap_pools(spark) -> list:
+    management = spark.sparkContext._jvm.java.lang.management.ManagementFactory
+    return [p for p in management.getMemoryPoolMXBeans() if p.getType().name() == "HEAP"]
+
+
+def _old_generation(pool) -> bool:
+    return any(word in pool.getName() for word in ("Old", "Tenured"))
+
+
+def measure_driver_memory(spark, release) -> tuple[object, DriverMemory]:
+    """Run ``release()`` and measure the driver's memory: the Python process's peak RSS,
+    the JVM's old-generation peak (reset before) and its heap after a full GC (after)."""
+    import resource
+
+    pools = _heap_pools(spark)
+    jvm = spark.sparkContext._jvm
+    jvm.java.lang.System.gc()
+    for pool in pools:
+        pool.resetPeakUsage()
+    result = release()
+    old_peak = sum(p.getPeakUsage().getUsed() for p in pools if _old_generation(p))
+    jvm.java.lang.System.gc()
+    retained = jvm.java.lang.management.ManagementFactory.getMemoryMXBean()
+    retained = retained.getHeapMemoryUsage().getUsed()
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # kilobytes on Linux
+    return result, DriverMemory(
+        round(peak_kb / 1024, 1), round(old_peak / 2**20, 1), round(retained / 2**20, 1)
+    )
+
+
 def _fixed_cost(root: Path, instance, hours: int) -> bool:
-    """Backfill every layer over ``hours`` of tiny data: seconds per partition-hour."""
+    """Backfill every layer over ``hours`` of tiny data: seconds per partition-hour. Before
+    it, a release of the first 24 of those hours, to compare the driver memory the two
+    need (flat in the number of hours: the long range needs no more than the short one)."""
     from backfill_assets.definitions import build_definitions
     from backfill_assets.generator import generate_backups
     from backfill_assets.launch import LAYERS
+    from backfill_assets.resources.spark import spark_session
     from backfill_assets.settings import Settings
 
     generate_backups(
@@ -222,8 +265,14 @@ def _fixed_cost(root: Path, instance, hours: int) -> bool:
             "DAGSTER_HOME": str(root / "dagster_home"),
         }
     )
+    defs = build_definitions(settings)
+    spark = spark_session(settings)
+    short = min(hours, MEMORY_SHORT_HOURS)
+    short_runs, short_memory = measure_driver_memory(
+        spark, lambda: run_project(defs, instance, _ranges(list(LAYERS), TINY_START, short))
+    )
     ranges = _ranges(list(LAYERS), TINY_START, hours)
-    runs = run_project(build_definitions(settings), instance, ranges)
+    runs, memory = measure_driver_memory(spark, lambda: run_project(defs, instance, ranges))
     partition_hours = sum(r.hours for r in runs)
     seconds = sum(r.seconds for r in runs)
     detail = ", ".join(f"{r.layer} {r.seconds:.1f}s/{r.hours}h" for r in runs)
@@ -231,4 +280,14 @@ def _fixed_cost(root: Path, instance, hours: int) -> bool:
         f"fixed cost: {hours} hours of tiny data, {partition_hours} partition-hours in "
         f"{seconds:.1f}s = {seconds / max(partition_hours, 1):.2f} s per partition-hour ({detail})"
     )
-    return all(r.success for r in runs) and len(runs) == len(ranges) + 1
+    print(
+        f"driver memory (MB)  {'hours':>5} {'python peak':>12} {'jvm old-gen peak':>17} "
+        f"{'jvm retained':>13}"
+    )
+    for label, n, m in (("short range", short, short_memory), ("long range", hours, memory)):
+        print(
+            f"{label:<19} {n:>5} {m.python_peak_mb:>12.1f} {m.jvm_old_peak_mb:>17.1f} "
+            f"{m.jvm_retained_mb:>13.1f}"
+        )
+    ok = all(r.success for r in short_runs) and len(short_runs) == len(ranges) + 1
+    return ok and all(r.success for r in runs) and len(runs) == len(ranges) + 1

@@ -37,6 +37,10 @@ ERASED_LINES = "erased_lines"  # lines of erased users left out (counted, not qu
 HOUR_INPUT_FILES = "hour_input_files"
 INPUT_FILES_LIST = "input_files_list"  # this hour's files, at most MAX_LISTED_FILES
 MAX_LISTED_FILES = 500
+HOUR_BACKUP_PROBLEMS = "hour_backup_problems"  # this hour's problems, at most MAX_LISTED_PROBLEMS
+MAX_LISTED_PROBLEMS = 200
+# Run-level metadata (the same on every hour's event, so a count, never a list).
+BACKUP_PROBLEMS = "backup_problems"
 
 # Check names (constants: the publisher gates on them, tests and the UI refer to them).
 ROW_RULES = "raw_row_rules"
@@ -166,7 +170,7 @@ def raw_shadow(
             "input_digest": digest_of([f"{f.rel_path}:{f.sha256}" for f in files]),
             "received_outside_hour": sum(outside.values()),
             "erased_lines_total": sum(erased_lines.values()),
-            "backup_problems": json_metadata(problems[:200]),
+            BACKUP_PROBLEMS: len(problems),
         }
         # What each hour read goes on that hour's events only (linear event-log growth).
         for hour in hours:
@@ -182,6 +186,10 @@ def raw_shadow(
                     ]
                 ),
             }
+            if inventory[hour].all_problems:
+                read[HOUR_BACKUP_PROBLEMS] = json_metadata(
+                    inventory[hour].all_problems[:MAX_LISTED_PROBLEMS]
+                )
             for key in (SHADOW_PAYLOADS, SHADOW_QUARANTINE):
                 context.add_asset_metadata(read, asset_key=key, partition_key=hour)
         yield dg.MaterializeResult(

@@ -536,12 +536,14 @@ class BackfillReport:
         read = run.read
         if "input_files" in read:  # the layer that reads the backups
             records = read.get(MANIFEST_RECORDS_PER_HOUR) or {}
-            problems = read.get("backup_problems") or []
+            problems = read.get("backup_problems") or 0
+            if isinstance(problems, list):  # runs before the count: the listed problems
+                problems = len(problems)
             out.append(
                 f"{bullet}read: {read.get('input_files', 0):,} backup file(s), "
                 f"{format_bytes(read.get('input_bytes') or 0)}, "
                 f"{sum(records.values()):,} manifest record(s); backup problems: "
-                f"{len(problems) or 'none'}"
+                f"{problems or 'none'}"
             )
         elif read.get("source_table"):  # a layer that reads an upstream layer
             window = read.get("received_hours_read")

@@ -258,14 +258,16 @@ class UpstreamView:
     def frame(self) -> DataFrame:
         """The rows of every hour, candidates and published alike, without ``version``."""
         table = self.spark.table(self.upstream)
-        if self.candidates:
-            pairs = self.spark.createDataFrame(
-                sorted((h, v) for h, (v, _) in self.candidates.items()),
-                "hour string, version string",
-            )
-            result = table.join(pairs, ["hour", "version"]).drop("version")
-        else:
-            result = table.where(F.lit(False)).drop("version")
+        # A literal predicate on the partition columns (one disjunct per version, usually
+        # one), not a join with the (hour, version) pairs: Spark prunes the partitions when
+        # it plans the scan, and no row is shuffled to find its version.
+        hours_of: dict[str, list[str]] = {}
+        for hour, (version, _) in sorted(self.candidates.items()):
+            hours_of.setdefault(version, []).append(hour)
+        chosen = F.lit(False)
+        for version, hours in sorted(hours_of.items()):
+            chosen = chosen | ((F.col("version") == version) & F.col("hour").isin(hours))
+        result = table.where(chosen).drop("version")
         if self.live:
             published = self.spark.table(self.published).where(F.col("hour").isin(list(self.live)))
             result = result.unionByName(published)

@@ -12,7 +12,9 @@ from pyspark.sql import functions as F
 from backfill_assets import tags
 from backfill_assets.generator.truth import read_truth_folders
 from backfill_assets.layers.raw import (
+    BACKUP_PROBLEMS,
     CODE_VERSION,
+    HOUR_BACKUP_PROBLEMS,
     LAYER,
     MANIFEST_RECONCILIATION,
     PAYLOADS,
@@ -246,7 +248,7 @@ def test_dry_run_publishes_nothing_then_publish_uses_the_checked_versions(
 
 
 def test_bad_input_is_quarantined_or_held_back_with_named_reasons(
-    spark, tmp_path: Path, run_release
+    spark, tmp_path: Path, run_release, instance
 ):
     good = (
         '{"payload_id":"p%d","client_id":1,"user_id":"u","event_time":'
@@ -306,6 +308,19 @@ def test_bad_input_is_quarantined_or_held_back_with_named_reasons(
     detail = " ".join(results.values())
     assert "unreadable" in detail and "no backup folder" in detail
     assert "no _MANIFEST.json" in detail and "manifest records 5" in detail
+    # each hour's backup problems on that hour's event; the run's metadata holds a count
+    per_hour = {
+        r.partition_key: {k: v.value for k, v in r.asset_materialization.metadata.items()}
+        for r in instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=SHADOW_PAYLOADS, asset_partitions=HOURS), limit=100
+        ).records
+    }
+    listed = {h: m.get(HOUR_BACKUP_PROBLEMS, []) for h, m in per_hour.items()}
+    assert listed["2026-11-20T00"] == []
+    assert listed["2026-11-20T00"] == listed["2026-11-20T01"] == []
+    assert "no backup folder" in " ".join(listed["2026-11-20T02"])
+    assert "no _MANIFEST.json" in " ".join(listed["2026-11-20T03"])
+    assert all(m[BACKUP_PROBLEMS] == sum(map(len, listed.values())) > 0 for m in per_hour.values())
 
     allowed = run_release(
         root,
