@@ -210,11 +210,6 @@ class DriverMemory:
     jvm_retained_mb: float  # JVM heap in use after a full collection once it ended
 
 
-def _heap_pools(spark) -> list:
-    management = spark.sparkContext._jvm.java.lang.management.ManagementFactory
-    return [p for p in management.getMemoryPoolMXBeans() if p.getType().name() == "HEAP"]
-
-
 def _old_generation(pool) -> bool:
     return any(word in pool.getName() for word in ("Old", "Tenured"))
 
@@ -224,16 +219,16 @@ def measure_driver_memory(spark, release) -> tuple[object, DriverMemory]:
     the JVM's old-generation peak (reset before) and its heap after a full GC (after)."""
     import resource
 
-    pools = _heap_pools(spark)
     jvm = spark.sparkContext._jvm
+    management = jvm.java.lang.management.ManagementFactory
+    heap = [p for p in management.getMemoryPoolMXBeans() if p.getType().name() == "HEAP"]
     jvm.java.lang.System.gc()
-    for pool in pools:
+    for pool in heap:
         pool.resetPeakUsage()
     result = release()
-    old_peak = sum(p.getPeakUsage().getUsed() for p in pools if _old_generation(p))
+    old_peak = sum(p.getPeakUsage().getUsed() for p in heap if _old_generation(p))
     jvm.java.lang.System.gc()
-    retained = jvm.java.lang.management.ManagementFactory.getMemoryMXBean()
-    retained = retained.getHeapMemoryUsage().getUsed()
+    retained = management.getMemoryMXBean().getHeapMemoryUsage().getUsed()
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # kilobytes on Linux
     return result, DriverMemory(
         round(peak_kb / 1024, 1), round(old_peak / 2**20, 1), round(retained / 2**20, 1)

@@ -186,10 +186,9 @@ def raw_shadow(
                     ]
                 ),
             }
-            if inventory[hour].all_problems:
-                read[HOUR_BACKUP_PROBLEMS] = json_metadata(
-                    inventory[hour].all_problems[:MAX_LISTED_PROBLEMS]
-                )
+            hour_problems = inventory[hour].all_problems
+            if hour_problems:
+                read[HOUR_BACKUP_PROBLEMS] = json_metadata(hour_problems[:MAX_LISTED_PROBLEMS])
             for key in (SHADOW_PAYLOADS, SHADOW_QUARANTINE):
                 context.add_asset_metadata(read, asset_key=key, partition_key=hour)
         yield dg.MaterializeResult(

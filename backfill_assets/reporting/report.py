@@ -33,7 +33,7 @@ import dagster as dg
 from backfill_assets import tags
 from backfill_assets.checks.outcomes import summarize
 from backfill_assets.launch import PUBLISH_KEY
-from backfill_assets.layers.raw import MANIFEST_RECORDS
+from backfill_assets.layers.raw import BACKUP_PROBLEMS, MANIFEST_RECORDS
 from backfill_assets.publishing.publisher import Layer
 from backfill_assets.publishing.tables import UnsafeValueError, table_key, table_name
 from backfill_assets.reporting.chart import rows_bars, rows_chart
@@ -65,7 +65,7 @@ DiffFn = Callable[[Layer, str, list[str]], Mapping[str, Mapping[str, DiffCounts]
 _READ_KEYS = (
     "input_files",
     "input_bytes",
-    "backup_problems",
+    BACKUP_PROBLEMS,
     "source_table",
     "received_hours_read",
     "allowed_missing_hours",
@@ -536,7 +536,7 @@ class BackfillReport:
         read = run.read
         if "input_files" in read:  # the layer that reads the backups
             records = read.get(MANIFEST_RECORDS_PER_HOUR) or {}
-            problems = read.get("backup_problems") or 0
+            problems = read.get(BACKUP_PROBLEMS) or 0
             if isinstance(problems, list):  # runs before the count: the listed problems
                 problems = len(problems)
             out.append(
