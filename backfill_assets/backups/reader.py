@@ -14,8 +14,13 @@ One plan, no per-file or per-hour jobs, nothing collected to the driver:
   ``file_unreadable`` quarantine row.
 - **Verdicts**: ``spark_contract.judge`` applies ``contract.parse_line``'s rules as column
   expressions. The rare lines it cannot decide exactly (``UNDECIDED``: not UTF-8, not
-  JSON, exotic numbers or timestamps, ...) go to ``contract.parse_line`` itself in a Python
-  worker; a valid line never does.
+  JSON, exotic numbers or timestamps, ...) go to ``contract.parse_line`` itself: on the
+  driver when they are few (at most ``DRIVER_JUDGED_LINES`` lines and
+  ``DRIVER_JUDGED_BYTES``: no Python worker to start), else in a Python worker; a valid
+  line never does.
+- **Caches**: the judged lines are cached once; everything but the valid lines (quarantined,
+  undecided, file and read rows: few) is cached apart, so the counts and the quarantine
+  write never scan the valid lines again.
 
 Every line comes out exactly once: as a payload, or as a quarantine row with its file, line
 number, reason and raw text.
@@ -23,7 +28,7 @@ number, reason and raw text.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 
 from pyspark import StorageLevel
@@ -48,6 +53,7 @@ _KIND_UNDECIDED = "undecided"  # a line for the Python reference
 _KIND_FILE = "file"  # one row per expected file: its digest check
 _KIND_READ = "read"  # one row per file Spark decompressed (marks it readable)
 
+_UNDECIDED_COLUMNS = ("hour", "client_id", "file", "line_number", "raw_bytes")
 _FILES_SCHEMA = (
     "file string, hour string, client_id bigint, hour_start_ms bigint, sha256 string, "
     "records bigint"
@@ -55,6 +61,9 @@ _FILES_SCHEMA = (
 # The part of a file's path the inventory names it by: raw/date=…/hour=…/client_id=…/part-…
 _REL_PATH = r"(raw/date=[^/]+/hour=[^/]+/client_id=[^/]+/[^/]+)$"
 _HOUR_MS = contract.HOUR_MS
+# Undecided lines judged on the driver at most (else in one Python worker on an executor).
+DRIVER_JUDGED_LINES = 10_000
+DRIVER_JUDGED_BYTES = 16 * 2**20
 
 
 def _rel(path: Column) -> Column:
@@ -204,34 +213,66 @@ def _parse(spark: SparkSession, paths: list[str], expected: DataFrame) -> DataFr
     return line_rows.unionByName(file_rows)
 
 
+def _judged_by_reference(records: Iterable[Mapping], hour_starts: dict[str, int]):
+    """``contract.parse_line`` over undecided lines (``_UNDECIDED_COLUMNS`` records): one
+    Arrow batch of ``PARSED_SCHEMA``."""
+    rows = ParsedRows()
+    for record in records:
+        rows.judge(
+            record["raw_bytes"],
+            hour=record["hour"],
+            client_id=record["client_id"],
+            file=record["file"],
+            line_number=record["line_number"],
+            hour_start_ms=hour_starts[record["hour"]],
+        )
+    return rows.batch()
+
+
 def _reference(hour_starts: dict[str, int]):
-    """``contract.parse_line`` over the undecided lines (Arrow batches in, rows out)."""
+    """The reference in a Python worker (Arrow batches in, rows out)."""
 
     def judge(batches: Iterator) -> Iterator:
         for batch in batches:
-            rows = ParsedRows()
-            for record in batch.to_pylist():
-                rows.judge(
-                    record["raw_bytes"],
-                    hour=record["hour"],
-                    client_id=record["client_id"],
-                    file=record["file"],
-                    line_number=record["line_number"],
-                    hour_start_ms=hour_starts[record["hour"]],
-                )
-            yield rows.batch()
+            yield _judged_by_reference(batch.to_pylist(), hour_starts)
 
     return judge
 
 
+def _judge_undecided(
+    spark: SparkSession, lines: DataFrame, hour_starts: dict[str, int], max_lines: int
+) -> DataFrame:
+    """The undecided lines judged by ``contract.parse_line``: on the driver when they are at
+    most ``max_lines`` lines and ``DRIVER_JUDGED_BYTES`` (one small Spark action sizes them;
+    no Python worker to start), else in one Python task, cached for the caller's actions."""
+    size = lines.agg(
+        F.count(F.lit(1)).alias("lines"), F.sum(F.length("raw_bytes")).alias("bytes")
+    ).first()
+    if size["lines"] <= max_lines and (size["bytes"] or 0) <= DRIVER_JUDGED_BYTES:
+        import pyarrow as pa
+
+        batch = _judged_by_reference((r.asDict() for r in lines.collect()), hour_starts)
+        return spark.createDataFrame(pa.Table.from_batches([batch]), PARSED_SCHEMA)
+    return (
+        lines.repartition(1)  # one Python task
+        .mapInArrow(_reference(hour_starts), PARSED_SCHEMA)
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
+
+
 @contextmanager
 def read_folders(
-    spark: SparkSession, store: BackupStore, folders: list[Folder]
+    spark: SparkSession,
+    store: BackupStore,
+    folders: list[Folder],
+    *,
+    driver_judged_lines: int = DRIVER_JUDGED_LINES,
 ) -> Iterator[DataFrame]:
     """Every line of the closed folders' part files, judged (schema ``PARSED_SCHEMA``).
 
     A context manager: the JVM pass is cached (memory and disk) while the caller uses the
     frame (it may run several Spark actions on it) and released on exit.
+    ``driver_judged_lines``: the most undecided lines judged on the driver.
     """
     hour_starts = {f.hour: int(parse_hour(f.hour).timestamp() * 1000) for f in folders}
     expected = [
@@ -252,18 +293,27 @@ def read_folders(
         StorageLevel.MEMORY_AND_DISK
     )
     kind = F.col("kind")
-    undecided = (
-        judged.where(kind == _KIND_UNDECIDED)
-        .select("hour", "client_id", "file", "line_number", "raw_bytes")
-        .repartition(1)  # a handful of lines: one Python task
-        .mapInArrow(_reference(hour_starts), PARSED_SCHEMA)
-        # judged once: the caller's actions (counts, payloads, quarantine) reuse it
+    # The few rows that are not valid lines, cached apart in a few partitions: the counts,
+    # the undecided lines and the quarantine write read them without scanning the valid
+    # lines again (nor scheduling a task per partition of the judged lines). A shuffle,
+    # not a coalesce: the judge itself keeps one task per file split.
+    side = (
+        judged.where(kind != KIND_PAYLOAD)
+        .repartition(spark.sparkContext.defaultParallelism)
         .persist(StorageLevel.MEMORY_AND_DISK)
     )
+    undecided = None
     try:
-        decided = judged.where(kind.isin(KIND_PAYLOAD, KIND_QUARANTINE)).select(*COLUMNS)
-        files = judged.where(kind == _KIND_FILE)
-        read = judged.where(kind == _KIND_READ).select("file")
+        undecided = _judge_undecided(
+            spark,
+            side.where(kind == _KIND_UNDECIDED).select(*_UNDECIDED_COLUMNS),
+            hour_starts,
+            driver_judged_lines,
+        )
+        decided = judged.where(kind == KIND_PAYLOAD).select(*COLUMNS)
+        rejected = side.where(kind == KIND_QUARANTINE).select(*COLUMNS)
+        files = side.where(kind == _KIND_FILE)
+        read = side.where(kind == _KIND_READ).select("file")
         unreadable = (
             files.where(F.col("reason").isNull() & ~F.col("empty"))
             .join(read, "file", "left_anti")
@@ -285,7 +335,9 @@ def read_folders(
             .withColumn("kind", F.lit(KIND_QUARANTINE))
             .select(*COLUMNS)
         )
-        yield decided.unionByName(undecided).unionByName(file_rows)
+        yield decided.unionByName(rejected).unionByName(undecided).unionByName(file_rows)
     finally:
-        undecided.unpersist()
+        if undecided is not None:
+            undecided.unpersist()
+        side.unpersist()
         judged.unpersist()

@@ -1,5 +1,6 @@
-"""The two readers of part files give the same rows: Spark's own (local trees) and the
-executors' Python path (stores Spark cannot open, such as S3 without hadoop-aws)."""
+"""The readers of part files give the same rows: Spark's own (local trees) and the
+executors' Python path (stores Spark cannot open, such as S3 without hadoop-aws); and
+within Spark's own, the undecided lines judged on the driver or in a Python worker."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import sys
 from pathlib import Path
 
 from conftest import write_backup_folder, zst
+from pyspark.sql import functions as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus import CLIENT_ID, HOUR, edge_lines, fuzz_lines
@@ -14,6 +16,7 @@ from corpus import CLIENT_ID, HOUR, edge_lines, fuzz_lines
 from backfill_assets.backups.inventory import take_inventory
 from backfill_assets.backups.parsed_rows import COLUMNS
 from backfill_assets.backups.reader import read_folders
+from backfill_assets.backups.spark_contract import UNDECIDED, judge
 from backfill_assets.resources.backup_store import LocalBackupStore
 
 
@@ -24,9 +27,9 @@ class FetchingStore(LocalBackupStore):
         return False
 
 
-def _rows(spark, store) -> list[tuple]:
+def _rows(spark, store, **options) -> list[tuple]:
     folders = [f for h in take_inventory(store, [HOUR]).values() for f in h.folders]
-    with read_folders(spark, store, folders) as lines:
+    with read_folders(spark, store, folders, **options) as lines:
         return sorted((tuple(r) for r in lines.select(*COLUMNS).collect()), key=lambda r: repr(r))
 
 
@@ -55,3 +58,22 @@ def test_the_executors_path_gives_the_rows_of_the_spark_path(spark, tmp_path: Pa
     # error differently (the JVM's decompressor vs Python's), their kind must agree
     assert [_reason_kind(r) for r in fetched_rows] == [_reason_kind(r) for r in spark_rows]
     assert len(spark_rows) == len(lines) + 1
+
+
+def test_undecided_lines_get_the_same_rows_on_the_driver_and_in_a_worker(spark, tmp_path: Path):
+    lines = edge_lines() + fuzz_lines(seed=7, count=300)
+    write_backup_folder(tmp_path, HOUR, CLIENT_ID, {"part-00000.jsonl.zst": zst(lines)})
+    store = LocalBackupStore(root=str(tmp_path))
+    on_driver = _rows(spark, store)
+    in_worker = _rows(spark, store, driver_judged_lines=0)
+    assert on_driver == in_worker
+    assert len(on_driver) == len(lines)
+    assert {r[0] for r in on_driver} == {"payload", "quarantine"}
+    # the corpus has lines only the reference decides: the two paths had work to do
+    frame = spark.createDataFrame([(bytearray(line),) for line in lines], "b binary")
+    judged = judge(
+        frame.select(F.col("b").cast("string").alias("line"), F.lit(CLIENT_ID).alias("c")),
+        "line",
+        "c",
+    )
+    assert judged.where(F.col("reason") == UNDECIDED).count() > 10

@@ -1,4 +1,4 @@
-"""The benchmark command validates its shape before generating anything."""
+"""The benchmark command: its shape checks, driver memory and each layer's share of a run."""
 
 import pytest
 
@@ -24,3 +24,42 @@ def test_driver_memory_is_measured_on_both_sides_of_the_session(spark):
     assert memory.python_peak_mb > 64  # this process held the collected rows
     assert memory.jvm_old_peak_mb > 0  # the JVM heap pools were found and read
     assert 0 < memory.jvm_retained_mb < memory.jvm_old_peak_mb + 4096
+
+
+def test_a_run_of_two_layers_is_split_at_the_end_of_the_first_layers_steps():
+    import dagster as dg
+
+    from backfill_assets.cli.bench import layer_seconds
+
+    @dg.op
+    def raw_shadow() -> int:
+        return 1
+
+    @dg.op
+    def raw_checks(value: int) -> int:
+        return value
+
+    @dg.op
+    def transformed_shadow(value: int) -> int:
+        return value
+
+    @dg.job
+    def release():
+        transformed_shadow(raw_checks(raw_shadow()))
+
+    with dg.DagsterInstance.ephemeral() as instance:
+        run_id = release.execute_in_process(instance=instance).run_id
+        split = layer_seconds(instance, run_id, ["raw", "transformed"])
+        records = instance.all_logs(run_id)
+
+    def at(kind: dg.DagsterEventType, step: str | None = None) -> float:
+        return next(
+            r.timestamp for r in records if r.dagster_event_type == kind and r.step_key == step
+        )
+
+    started, ended = at(dg.DagsterEventType.RUN_START), at(dg.DagsterEventType.RUN_SUCCESS)
+    assert [layer for layer, _ in split] == ["raw", "transformed"]
+    # raw ends with its last step (the checks), transformed takes the rest of the run
+    assert split[0][1] == at(dg.DagsterEventType.STEP_SUCCESS, "raw_checks") - started
+    assert abs(sum(seconds for _, seconds in split) - (ended - started)) < 1e-6
+    assert all(seconds > 0 for _, seconds in split)
