@@ -76,31 +76,26 @@ def raw_checks(
         return
     payloads = common.shadow_version(spark, "shadow.raw_payloads", version)
     quarantine = common.shadow_version(spark, "shadow.raw_quarantine", version)
+    # the rules and the valid lines per (hour, client) in one scan of the payloads
     report = rules.evaluate(
-        payloads, RawPayloadSchema, ["hour", "payload_id", "client_id", "event_type", "device"]
+        payloads,
+        RawPayloadSchema,
+        ["hour", "payload_id", "client_id", "event_type", "device"],
+        by=("client_id",),
     )
     rule_failing = report.reasons
-    valid = payloads.select(
-        "hour",
-        "client_id",
-        F.lit(1).alias("valid"),
-        F.lit(0).alias("quarantined"),
-        F.lit(0).alias("bad"),
-    )
-    rejected = quarantine.select(
-        "hour",
-        "client_id",
-        F.lit(0).alias("valid"),
-        F.when(F.col("line_number").isNotNull(), 1).otherwise(0).alias("quarantined"),
-        F.when(F.col("line_number").isNull(), 1).otherwise(0).alias("bad"),
-    )
-    totals = {
-        (r["hour"], r["client_id"]): (r["valid"], r["quarantined"], r["bad"])
-        for r in valid.unionByName(rejected)
-        .groupBy("hour", "client_id")
-        .agg(*(F.sum(c).alias(c) for c in ("valid", "quarantined", "bad")))
+    rejected = (
+        quarantine.groupBy("hour", "client_id")
+        .agg(
+            F.sum(F.when(F.col("line_number").isNotNull(), 1).otherwise(0)).alias("quarantined"),
+            F.sum(F.when(F.col("line_number").isNull(), 1).otherwise(0)).alias("bad"),
+        )
         .collect()
-    }
+    )
+    totals = {key: (rows, 0, 0) for key, rows in report.group_rows.items()}
+    for r in rejected:
+        key = (r["hour"], r["client_id"])
+        totals[key] = (totals.get(key, (0, 0, 0))[0], int(r["quarantined"]), int(r["bad"]))
     # lines of erased users, left out by the build, are accounted for (not lost)
     erased = erasure.erased_counts(spark, version)
     zero = (0, 0, 0)

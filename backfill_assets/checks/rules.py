@@ -27,6 +27,8 @@ class RuleReport:
     failing_hours: dict[str, dict[str, int]] = field(default_factory=dict)
     pandera_errors: dict = field(default_factory=dict)
     examples: list[dict] = field(default_factory=list)
+    # rows per (hour, *by) group of the aggregation (``evaluate(..., by=...)``)
+    group_rows: dict[tuple, int] = field(default_factory=dict)
 
     @property
     def reasons(self) -> dict[str, str]:
@@ -77,8 +79,14 @@ def violation_predicates(model: type) -> dict[str, Column]:
     return predicates
 
 
-def evaluate(df: DataFrame, model: type, example_columns: list[str]) -> RuleReport:
-    """Validate ``df`` (all hours of a run) with ``model``; attribute failures to hours."""
+def evaluate(
+    df: DataFrame, model: type, example_columns: list[str], by: tuple[str, ...] = ()
+) -> RuleReport:
+    """Validate ``df`` (all hours of a run) with ``model``; attribute failures to hours.
+
+    ``by``: columns to group by within the hour as well; the report's ``group_rows`` then
+    counts the rows of each (hour, *by), from the same aggregation (no second scan for a
+    check that needs those counts)."""
     schema = model.to_schema()
     # Structure only (columns, types) on zero rows. pandera counts nulls per non-nullable
     # column even at SCHEMA_ONLY depth (a Spark job each): nullability is a data rule here,
@@ -88,8 +96,8 @@ def evaluate(df: DataFrame, model: type, example_columns: list[str]) -> RuleRepo
         errors = dict(structure.validate(df.limit(0)).pandera.errors or {})
     predicates = violation_predicates(model) if not errors else {}
     names = list(predicates)
-    rows = (
-        df.groupBy("hour")
+    groups = (
+        df.groupBy("hour", *by)
         .agg(
             *[
                 F.sum(F.when(p, 1).otherwise(0)).alias(f"r{i}")
@@ -99,17 +107,19 @@ def evaluate(df: DataFrame, model: type, example_columns: list[str]) -> RuleRepo
         )
         .collect()
     )
-    hours = sorted(r["hour"] for r in rows)
-    failing = {
-        row["hour"]: {names[i]: int(row[f"r{i}"]) for i in range(len(names)) if row[f"r{i}"]}
-        for row in rows
-    }
-    failing = {h: rules for h, rules in failing.items() if rules}
+    group_rows = {tuple(row[c] for c in ("hour", *by)): int(row["rows"]) for row in groups}
+    hours = sorted({r["hour"] for r in groups})
+    failing: dict[str, dict[str, int]] = {}
+    for row in groups:
+        for i in range(len(names)):
+            if row[f"r{i}"]:
+                rules = failing.setdefault(row["hour"], {})
+                rules[names[i]] = rules.get(names[i], 0) + int(row[f"r{i}"])
     if errors:
         # A schema-level failure (missing column, wrong type) breaks every hour.
         failing = {h: {"schema": 1} for h in hours}
     if not failing:
-        return RuleReport(passed=True, hours=hours)
+        return RuleReport(passed=True, hours=hours, group_rows=group_rows)
     examples = []
     if predicates:
         any_violation = reduce(lambda a, b: a | b, predicates.values())
@@ -122,4 +132,5 @@ def evaluate(df: DataFrame, model: type, example_columns: list[str]) -> RuleRepo
         failing_hours=dict(sorted(failing.items())),
         pandera_errors=json.loads(json.dumps(errors, default=str)),
         examples=json.loads(json.dumps(examples, default=str)),
+        group_rows=group_rows,
     )

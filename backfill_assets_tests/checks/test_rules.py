@@ -63,6 +63,26 @@ def test_violations_are_counted_per_hour_and_rule(spark):
     assert {"event_type", "device"} <= pandera_failed
 
 
+def test_grouped_within_the_hour_the_violations_are_summed_and_the_rows_counted(spark):
+    df = spark.createDataFrame(
+        [
+            row(),
+            row(client_id=2, event_type="hover"),
+            row(client_id=3, event_type="hover"),
+            row(client_id=3),
+        ],
+        COLUMNS,
+    )
+
+    report = evaluate(df, RawPayloadSchema, ["hour"], by=("client_id",))
+
+    # the hour's verdict is the one without grouping: violations of all clients summed
+    assert report.failing_hours == {"2026-11-20T03": {"event_type:isin": 2}}
+    assert report.failing_hours == evaluate(df, RawPayloadSchema, ["hour"]).failing_hours
+    hour = "2026-11-20T03"
+    assert report.group_rows == {(hour, 1): 1, (hour, 2): 1, (hour, 3): 2}
+
+
 def test_a_clean_range_passes_and_schema_errors_fail_every_hour(spark):
     clean = spark.createDataFrame(
         [row(), row(hour="2026-11-20T04", received_at=datetime(2026, 11, 20, 4))], COLUMNS
