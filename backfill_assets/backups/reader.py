@@ -1,6 +1,7 @@
 """Spark reading of backup part files: Spark decompresses, parses and judges every line.
 
-One plan, no per-file or per-hour jobs, nothing collected to the driver:
+One plan, no per-file or per-hour jobs, nothing collected to the driver but a bounded
+number of lines only the Python reference can judge:
 
 - **Files**: Spark's ``binaryFile`` source reads the compressed bytes and ``sha2`` checks
   each file against its manifest entry (in the JVM). A file whose digest differs is one
