@@ -92,13 +92,13 @@ def raw_checks(
         )
         .collect()
     )
+    zero = (0, 0, 0)
     totals = {key: (rows, 0, 0) for key, rows in report.group_rows.items()}
     for r in rejected:
         key = (r["hour"], r["client_id"])
-        totals[key] = (totals.get(key, (0, 0, 0))[0], int(r["quarantined"]), int(r["bad"]))
+        totals[key] = (totals.get(key, zero)[0], int(r["quarantined"]), int(r["bad"]))
     # lines of erased users, left out by the build, are accounted for (not lost)
     erased = erasure.erased_counts(spark, version)
-    zero = (0, 0, 0)
     counts = {
         k: (sum(totals.get(k, zero)[:2]) + erased.get(k, 0), totals.get(k, zero)[2])
         for k in totals.keys() | erased.keys()

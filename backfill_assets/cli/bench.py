@@ -44,23 +44,26 @@ def run_project(
     from backfill_assets import launch
     from backfill_assets.partitions import hour_range
 
+    # The runs of ``launch.release_stages``, except that the session layer keeps the bench's
+    # range (the hours the plain job builds), not the release's wider window.
     received = [r for r in ranges if r[0] in launch.RECEIVED_HOUR_LAYERS]
-    stages: list[launch.Stage] = (
-        [([layer for layer, *_ in received], received[0][1], received[0][2])] if received else []
-    )
+    stages: list[launch.Stage] = []
+    if received:
+        stages.append(([layer for layer, _, _ in received], received[0][1], received[0][2]))
     stages += [([r[0]], r[1], r[2]) for r in ranges if r not in received]
+    stages.append(([], None, None))  # the publish step
     started = time.monotonic()
     runs = launch.execute_in_process(
         defs,
         instance,
-        [*stages, ([], None, None)],
+        stages,
         release_id=f"bench-{uuid.uuid4().hex[:8]}",
         run_tags={**launch.request_tags(dry_run=False, reason="benchmark"), **(extra_tags or {})},
     )
     wall = time.monotonic() - started
     hours = {layer: len(hour_range(first, last)) for layer, first, last in ranges}
     timings = []
-    for (layers, _, _), run in zip([*stages, ([], None, None)], runs, strict=False):
+    for (layers, _, _), run in zip(stages, runs, strict=False):
         for layer, seconds in layer_seconds(instance, run.run_id, layers or ["publish"]):
             timings.append(
                 LayerTiming(layer, hours.get(layer, 0), seconds, run.success, run.failures)
