@@ -12,6 +12,7 @@ not attribute failures to partitions; ``test_rules`` shows both verdicts agree.)
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import reduce
 
@@ -29,6 +30,8 @@ class RuleReport:
     examples: list[dict] = field(default_factory=list)
     # rows per (hour, *by) group of the aggregation (``evaluate(..., by=...)``)
     group_rows: dict[tuple, int] = field(default_factory=dict)
+    # the caller's own aggregates per (hour, *by) group (``evaluate(..., extra=...)``)
+    group_values: dict[tuple, dict[str, object]] = field(default_factory=dict)
 
     @property
     def reasons(self) -> dict[str, str]:
@@ -80,13 +83,19 @@ def violation_predicates(model: type) -> dict[str, Column]:
 
 
 def evaluate(
-    df: DataFrame, model: type, example_columns: list[str], by: tuple[str, ...] = ()
+    df: DataFrame,
+    model: type,
+    example_columns: list[str],
+    by: tuple[str, ...] = (),
+    extra: Mapping[str, Column] | None = None,
 ) -> RuleReport:
     """Validate ``df`` (all hours of a run) with ``model``; attribute failures to hours.
 
     ``by``: columns to group by within the hour as well; the report's ``group_rows`` then
     counts the rows of each (hour, *by), from the same aggregation (no second scan for a
-    check that needs those counts)."""
+    check that needs those counts). ``extra``: the caller's aggregate columns by name,
+    computed in the same aggregation; their values per group in ``group_values``."""
+    extra = dict(extra or {})
     schema = model.to_schema()
     # Structure only (columns, types) on zero rows. pandera counts nulls per non-nullable
     # column even at SCHEMA_ONLY depth (a Spark job each): nullability is a data rule here,
@@ -104,10 +113,16 @@ def evaluate(
                 for i, p in enumerate(predicates.values())
             ],
             F.count(F.lit(1)).alias("rows"),
+            *[column.alias(f"x{i}") for i, column in enumerate(extra.values())],
         )
         .collect()
     )
-    group_rows = {tuple(row[c] for c in ("hour", *by)): int(row["rows"]) for row in groups}
+    keys = ("hour", *by)
+    group_rows = {tuple(row[c] for c in keys): int(row["rows"]) for row in groups}
+    group_values = {
+        tuple(row[c] for c in keys): {name: row[f"x{i}"] for i, name in enumerate(extra)}
+        for row in groups
+    }
     hours = sorted({r["hour"] for r in groups})
     failing: dict[str, dict[str, int]] = {}
     for row in groups:
@@ -119,7 +134,9 @@ def evaluate(
         # A schema-level failure (missing column, wrong type) breaks every hour.
         failing = {h: {"schema": 1} for h in hours}
     if not failing:
-        return RuleReport(passed=True, hours=hours, group_rows=group_rows)
+        return RuleReport(
+            passed=True, hours=hours, group_rows=group_rows, group_values=group_values
+        )
     examples = []
     if predicates:
         any_violation = reduce(lambda a, b: a | b, predicates.values())
@@ -133,4 +150,5 @@ def evaluate(
         pandera_errors=json.loads(json.dumps(errors, default=str)),
         examples=json.loads(json.dumps(examples, default=str)),
         group_rows=group_rows,
+        group_values=group_values,
     )

@@ -1,9 +1,16 @@
 """Blocking checks of the transformed shadow table: pandera row rules, and reconciliation
 with the raw payloads it was built from (the release's raw candidates, else the published
-ones): one row per distinct raw payload id of the hour, no more."""
+ones): one row per distinct raw payload id of the hour, no more.
+
+Spark work: the rules and the transformed ids' digests in one aggregation over the
+transformed rows; the distinct raw ids' digests in one more; the exact per-id comparison
+(duplicated, missing and extra ids) only for the hours whose digests differ.
+"""
+
+from collections.abc import Mapping
 
 import dagster as dg
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from backfill_assets import tags
@@ -18,7 +25,7 @@ from backfill_assets.layers.transformed import (
     SOURCE_TABLE,
 )
 from backfill_assets.publishing.tables import table_name
-from backfill_assets.resources.io_managers import resolve_upstream
+from backfill_assets.resources.io_managers import exact_sum, resolve_upstream, summed
 from backfill_assets.resources.warehouse import Warehouse
 
 LAYER_RAW_SHADOW = table_name(RAW_SHADOW)
@@ -47,6 +54,75 @@ def reconcile_with_raw(transformed: DataFrame, raw: DataFrame) -> dict[str, dict
         .collect()
     )
     return {r["hour"]: {k: int(r[k]) for k in r.asDict() if k != "hour"} for r in rows}
+
+
+# The payload ids of an hour as a digest: exact sums of two independent 64-bit hashes of
+# them. The same ids give the same digest; ids that differ (one missing, one extra, one
+# twice) give another, but with a probability of about 2**-128.
+_ID_HASHES = {
+    "ids_xx": lambda: F.xxhash64("payload_id"),
+    "ids_xx_salted": lambda: F.xxhash64(F.lit("reconciliation"), "payload_id"),
+}
+NO_IDS = (0, (0,) * len(_ID_HASHES))  # the digest of an hour without rows
+
+
+def id_digest_columns() -> dict[str, Column]:
+    """Aggregates of a frame with ``payload_id``: the digest of its ids (``id_digest``)."""
+    columns: dict[str, Column] = {}
+    for name, hashed in _ID_HASHES.items():
+        columns.update(exact_sum(hashed(), name))
+    return columns
+
+
+def id_digest(values: Mapping) -> tuple[int, ...]:
+    """The digest of ``id_digest_columns``' aggregated values."""
+    return tuple(summed(values, name) for name in _ID_HASHES)
+
+
+def id_digests(df: DataFrame) -> dict[str, tuple[int, tuple[int, ...]]]:
+    """Per hour: the rows of ``df`` (with ``payload_id``), and the digest of their ids."""
+    rows = (
+        df.groupBy("hour")
+        .agg(
+            F.count(F.lit(1)).alias("ids"),
+            *[c.alias(n) for n, c in id_digest_columns().items()],
+        )
+        .collect()
+    )
+    return {r["hour"]: (int(r["ids"]), id_digest(r)) for r in rows}
+
+
+def reconcile_by_digest(
+    transformed: DataFrame,
+    raw: DataFrame,
+    hours: list[str],
+    transformed_digests: Mapping[str, tuple[int, tuple[int, ...]]],
+) -> dict[str, dict[str, int]]:
+    """``reconcile_with_raw``'s counts, hour by hour, from the digests: an hour whose
+    transformed rows and raw distinct ids have the same count and digest holds each raw id
+    exactly once (no id duplicated, missing or extra); the other hours get the exact
+    per-id comparison (one Spark job over them only). ``transformed_digests``: the
+    transformed rows' ``id_digests`` (the rule check computes them in its own scan)."""
+    raw_digests = id_digests(raw.select("hour", "payload_id").distinct())
+    counts: dict[str, dict[str, int]] = {}
+    differing = []
+    for hour in hours:
+        rows, digest = transformed_digests.get(hour, NO_IDS)
+        ids, raw_digest = raw_digests.get(hour, NO_IDS)
+        if (rows, digest) != (ids, raw_digest):
+            differing.append(hour)
+        elif rows:
+            counts[hour] = {
+                "rows": rows,
+                "raw_distinct_ids": ids,
+                "duplicated_ids": 0,
+                "missing_ids": 0,
+                "extra_ids": 0,
+            }
+    if differing:
+        in_differing = F.col("hour").isin(differing)
+        counts.update(reconcile_with_raw(transformed.where(in_differing), raw.where(in_differing)))
+    return counts
 
 
 def reconciliation_failures(hours: list[str], counts: dict[str, dict[str, int]]) -> dict[str, str]:
@@ -102,13 +178,14 @@ def transformed_checks(context: dg.AssetCheckExecutionContext, warehouse: Wareho
     if not hours:
         yield from common.not_evaluated(context, why)
         return
-    # Not cached: the rules read every column once, the reconciliation only (hour,
-    # payload_id); two Parquet scans cost less than building an in-memory copy.
+    # Not cached: one scan for the rules and the ids' digests; the rows are read again
+    # only for the hours whose digests differ from the raw ids'.
     payloads = common.shadow_version(spark, table, version)
     report = rules.evaluate(
         payloads,
         TransformedPayloadSchema,
         ["hour", "payload_id", "client_id", "page_url", "received_at"],
+        extra=id_digest_columns(),
     )
     raw = resolve_upstream(
         spark,
@@ -117,7 +194,11 @@ def transformed_checks(context: dg.AssetCheckExecutionContext, warehouse: Wareho
         hours,
         tags.release_id(context.run.tags, context.run.run_id),
     ).frame
-    counts = reconcile_with_raw(payloads, raw)
+    transformed_digests = {
+        hour: (report.group_rows[(hour,)], id_digest(values))
+        for (hour,), values in report.group_values.items()
+    }
+    counts = reconcile_by_digest(payloads, raw, hours, transformed_digests)
     rule_failing = report.reasons
     recon_failing = reconciliation_failures(hours, counts)
     common.record_and_log(
@@ -136,7 +217,7 @@ def transformed_checks(context: dg.AssetCheckExecutionContext, warehouse: Wareho
         hours,
         rule_failing,
         version=version,
-        per_hour={h: {"rows_checked": counts.get(h, {}).get("rows", 0)} for h in hours},
+        per_hour={h: {"rows_checked": report.group_rows.get((h,), 0)} for h in hours},
         on_failure={
             "pandera_errors": report.pandera_errors,
             "failing_examples": report.examples,

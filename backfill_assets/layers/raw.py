@@ -20,6 +20,12 @@ from backfill_assets.publishing import audit, erasure
 from backfill_assets.publishing.publisher import Layer
 from backfill_assets.publishing.tables import run_id, table_key
 from backfill_assets.resources.backup_store import BackupStore
+from backfill_assets.resources.io_managers import (
+    Measured,
+    data_columns,
+    stats_aggregates,
+    stats_of,
+)
 from backfill_assets.resources.launch_form import LaunchForm
 from backfill_assets.resources.warehouse import Warehouse
 
@@ -122,21 +128,21 @@ def raw_shadow(
         parsed = with_lineage(lines, context, CODE_VERSION)
         parsed = parsed.withColumn("_erased", erasure.line_erased(erasures, erasure.salt()))
         kept = parsed.where(~F.col("_erased"))
-        payloads = kept.where(F.col("kind") == KIND_PAYLOAD)
-        # One action for both per-(hour, client) counts: valid lines whose received_at is
-        # outside their folder's hour (contract: they belong to the folder's hour; a
-        # measure of clock skew and redelivery), and lines left out as erased.
+        is_payload = (F.col("kind") == KIND_PAYLOAD) & ~F.col("_erased")
+        payloads = kept.where(F.col("kind") == KIND_PAYLOAD).select(
+            *PAYLOAD_COLUMNS, "run_id", "code_version", "hour"
+        )
+        # One action over the cached lines for the per-(hour, client) counts: valid lines
+        # whose received_at is outside their folder's hour (contract: they belong to the
+        # folder's hour; a measure of clock skew and redelivery), lines left out as erased,
+        # and the rows and checksum of the payloads to write (no read-back after the write).
+        stats = stats_aggregates(data_columns(payloads), where=is_payload)
         counted = (
             parsed.groupBy("hour", "client_id")
             .agg(
-                F.sum(
-                    (
-                        (F.col("kind") == KIND_PAYLOAD)
-                        & F.col("received_outside_hour")
-                        & ~F.col("_erased")
-                    ).cast("int")
-                ).alias("outside"),
+                F.sum((is_payload & F.col("received_outside_hour")).cast("int")).alias("outside"),
                 F.sum(F.col("_erased").cast("int")).alias("erased"),
+                *[column.alias(name) for name, column in stats.items()],
             )
             .collect()
         )
@@ -193,7 +199,7 @@ def raw_shadow(
                 context.add_asset_metadata(read, asset_key=key, partition_key=hour)
         yield dg.MaterializeResult(
             asset_key=SHADOW_PAYLOADS,
-            value=payloads.select(*PAYLOAD_COLUMNS, "run_id", "code_version", "hour"),
+            value=Measured(payloads, stats_of(counted)),
             metadata=lineage,
         )
         yield dg.MaterializeResult(

@@ -18,7 +18,7 @@ from backfill_assets.layers.common import (
     shadow_out,
     with_lineage,
 )
-from backfill_assets.layers.urls import normalize_url_column
+from backfill_assets.layers.urls import normalize_urls
 from backfill_assets.partitions import hourly_partitions
 from backfill_assets.publishing.publisher import Layer
 from backfill_assets.publishing.tables import table_key
@@ -65,9 +65,8 @@ def deduplicate(payloads: DataFrame, keys: list[str]) -> DataFrame:
 
 def transform(raw_payloads: DataFrame) -> DataFrame:
     """Published raw rows (with ``hour``) -> transformed rows (without lineage columns)."""
-    return deduplicate(raw_payloads.select(*PAYLOAD_COLUMNS, "hour"), ["hour"]).withColumn(
-        "page_url", normalize_url_column(F.col("page_url"))
-    )
+    distinct = deduplicate(raw_payloads.select(*PAYLOAD_COLUMNS, "hour"), ["hour"])
+    return normalize_urls(distinct, "page_url")
 
 
 @dg.multi_asset(

@@ -6,7 +6,8 @@ registered as partitions (hour, version) of the Spark table ``shadow.<name>``. A
 partition is immutable: a later run writes a new version beside it, never over it, so a
 published pointer to it can never change under a reader. Each partition's row count and
 checksum are recorded in ``audit.shadow_partitions`` (with the release id: the Dagster
-backfill, else the run) and in the output's metadata.
+backfill, else the run) and in the output's metadata: read back from the written rows, or
+measured by the asset over the rows it wrote (``Measured``).
 
 Inputs are the upstream shadow asset of the same release: for each upstream hour the
 input reads, the newest version the *release* wrote if it rebuilt that hour, else the
@@ -16,11 +17,12 @@ built on a held-back hour and refuse a release whose published inputs changed si
 """
 
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import dagster as dg
 from dagster_pyspark import LazyPySparkResource
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from backfill_assets import tags
@@ -48,36 +50,80 @@ def qualify(path: str) -> str:
     return f"file:{path}" if path.startswith("/") else path
 
 
-def partition_stats(df: DataFrame) -> dict[str, tuple[int, str, str | None]]:
+Stats = dict[str, tuple[int, str, str | None]]  # hour -> (rows, checksum, code version)
+
+
+def data_columns(df: DataFrame) -> list[str]:
+    """The columns a checksum hashes: all but the lineage and partition columns."""
+    return [c for c in df.columns if c not in (*LINEAGE_COLUMNS, "hour", "version")]
+
+
+def stats_aggregates(columns: list[str], where: Column | None = None) -> dict[str, Column]:
+    """Aggregates of ``partition_stats`` over the rows ``where`` holds (all by default) of a
+    frame whose data columns are ``columns``, for an aggregation grouped by ``hour`` and
+    possibly finer (``stats_of`` adds the groups of an hour up)."""
+    kept = F.lit(True) if where is None else where
+    return {
+        "rows": F.count(F.when(kept, 1)),
+        **exact_sum(F.when(kept, F.xxhash64(*columns)), "hash"),
+        "code_version": F.max(F.when(kept, F.col("code_version"))).cast("string"),
+    }
+
+
+def stats_of(groups: Iterable[Mapping]) -> Stats:
+    """``partition_stats`` from the rows of an aggregation of ``stats_aggregates`` (with
+    ``hour``): the groups of each hour added up."""
+    rows: dict[str, int] = {}
+    totals: dict[str, int] = {}
+    codes: dict[str, set[str]] = {}
+    for g in groups:
+        hour = g["hour"]
+        rows[hour] = rows.get(hour, 0) + int(g["rows"])
+        totals[hour] = totals.get(hour, 0) + summed(g, "hash")
+        if g["code_version"] is not None:
+            codes.setdefault(hour, set()).add(g["code_version"])
+    return {
+        hour: (n, f"{n}:{totals[hour]}", max(codes[hour]) if hour in codes else None)
+        for hour, n in rows.items()
+    }
+
+
+def partition_stats(df: DataFrame) -> Stats:
     """Rows, an order-independent checksum and the code version per hour, in one Spark action.
 
-    The checksum hashes every data column except the lineage columns, so the same input
-    and code give the same checksum in every run; the code version is the rows' own
+    The checksum hashes every data column (``data_columns``), so the same input and code
+    give the same checksum in every run; the code version is the rows' own
     ``code_version`` lineage column (None for an hour without rows).
     """
-    columns = [c for c in df.columns if c not in (*LINEAGE_COLUMNS, "hour", "version")]
-    code = F.max("code_version") if "code_version" in df.columns else F.lit(None)
-    row_hash = F.xxhash64(*columns)
-    rows = (
-        df.groupBy("hour")
-        .agg(
-            F.count(F.lit(1)).alias("rows"),
-            # the exact sum of the 64-bit hashes, as two long sums (no decimal arithmetic):
-            # high halves (signed) and low halves (unsigned), exact below 2**31 rows an hour
-            F.sum(F.shiftright(row_hash, 32)).alias("hash_high"),
-            F.sum(row_hash.bitwiseAND(F.lit(0xFFFFFFFF))).alias("hash_low"),
-            code.cast("string").alias("code_version"),
-        )
-        .collect()
-    )
+    if "code_version" not in df.columns:
+        df = df.withColumn("code_version", F.lit(None).cast("string"))
+    aggregates = stats_aggregates(data_columns(df))
+    return stats_of(df.groupBy("hour").agg(*[c.alias(n) for n, c in aggregates.items()]).collect())
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A frame to write and its ``partition_stats``, which its asset measured in a Spark
+    action it runs anyway, over the same deterministic rows (cached ones): the IO manager
+    records them instead of reading the written rows back."""
+
+    frame: DataFrame
+    stats: Stats
+
+
+def exact_sum(value: Column, name: str) -> dict[str, Column]:
+    """Aggregates whose ``summed`` is the exact sum of a 64-bit column, as two long sums (no
+    decimal arithmetic): high halves (signed) and low halves (unsigned), exact below 2**31
+    rows a group."""
     return {
-        r["hour"]: (
-            r["rows"],
-            f"{r['rows']}:{((r['hash_high'] or 0) << 32) + (r['hash_low'] or 0)}",
-            r["code_version"],
-        )
-        for r in rows
+        f"{name}_high": F.sum(F.shiftright(value, 32)),
+        f"{name}_low": F.sum(value.bitwiseAND(F.lit(0xFFFFFFFF))),
     }
+
+
+def summed(values: Mapping, name: str) -> int:
+    """The exact sum ``exact_sum(..., name)`` aggregated (0 for no rows)."""
+    return ((values[f"{name}_high"] or 0) << 32) + (values[f"{name}_low"] or 0)
 
 
 # Per-partition metadata of a shadow materialization: the hour's rows and checksum.
@@ -111,7 +157,9 @@ class ShadowTableIOManager(dg.ConfigurableIOManager):
         _, name = split_table(table)
         return location(f"{self.warehouse_dir}/shadow/{name}")
 
-    def handle_output(self, context: dg.OutputContext, obj: DataFrame) -> None:
+    def handle_output(self, context: dg.OutputContext, obj: "DataFrame | Measured") -> None:
+        measured = obj.stats if isinstance(obj, Measured) else None
+        obj = obj.frame if isinstance(obj, Measured) else obj
         table = table_name(context.asset_key)
         version = run_id(context.run_id)
         hours = sorted(context.asset_partition_keys)
@@ -138,8 +186,10 @@ class ShadowTableIOManager(dg.ConfigurableIOManager):
             for h in hours
         )
         self.spark.sql(f"ALTER TABLE {table} ADD IF NOT EXISTS {clauses}")  # refreshes it
-        written = self.spark.table(table).where(F.col("version") == version)
-        stats = partition_stats(written.where(F.col("hour").isin(hours)))
+        if measured is None:  # read back what was written: one Spark action
+            written = self.spark.table(table).where(F.col("version") == version)
+            measured = partition_stats(written.where(F.col("hour").isin(hours)))
+        stats = measured
         now = audit.now()
         audit.append(
             self.spark,

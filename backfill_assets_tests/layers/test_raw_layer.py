@@ -23,6 +23,7 @@ from backfill_assets.layers.raw import (
 from backfill_assets.partitions import backup_hour_path, hour_range
 from backfill_assets.publishing import audit, publisher
 from backfill_assets.publishing.tables import partition_locations
+from backfill_assets.resources.io_managers import partition_stats
 
 FIRST, LAST = "2026-11-20T00", "2026-11-20T03"
 HOURS = hour_range(FIRST, LAST)
@@ -97,6 +98,13 @@ def test_range_runs_once_and_publishes_exactly_the_valid_lines(
         assert all(len(f["sha256"]) == 64 for f in meta["input_files_list"])
         assert meta["checksum"].startswith(f"{meta['rows']}:")
         assert not any(k.endswith("_per_hour") for k in meta)  # no whole-range dicts
+    # measured on the cached lines before the write, equal to the written rows' own
+    written = partition_stats(
+        spark.table("shadow.raw_payloads").where(F.col("version") == raw_run.run_id)
+    )
+    assert {h: m["checksum"] for h, m in per_hour.items()} == {
+        h: written.get(h, (0, "0:0"))[1] for h in HOURS
+    }
     assert sum(m["manifest_records"] for m in per_hour.values()) == len(valid) + len(malformed)
     assert sum(m["rows"] for m in per_hour.values()) == len(valid)
     # contract: a line received outside its folder's hour is published in it and counted

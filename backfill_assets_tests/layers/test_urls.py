@@ -6,7 +6,12 @@ import numpy as np
 import pytest
 
 from backfill_assets.generator.world import build_url_pool
-from backfill_assets.layers.urls import NORMAL_PATTERN, normalize_url, normalize_url_column
+from backfill_assets.layers.urls import (
+    NORMAL_PATTERN,
+    normalize_url,
+    normalize_url_column,
+    normalize_urls,
+)
 
 CASES = [
     # scheme and host lower-case
@@ -95,6 +100,12 @@ def _generated_urls() -> list[str]:
         "https://example.com/a\n/",
         "https://example.com/a/\n",
         "http://a.b/\u00c9/?\u00fc=1",
+        # empty parts, and the character the fast form joins groups with (parsed part by part)
+        "http:///a/",
+        "HTTP://",
+        "https://Ex\u0001ample.com:443/a/?utm_x=1&b=\u0001#f",
+        "https://example.com/\u0001/",
+        "https://[a]b:443/x/",
     ]
 
 
@@ -116,13 +127,18 @@ def test_spark_normalization_equals_python(spark) -> None:
     generator can emit (utm-tagged landing pages, ports, upper-case hosts, fragments)."""
     urls = _generated_urls()
     df = spark.createDataFrame([(u,) for u in urls], "url string")
-    rows = df.select("url", normalize_url_column(df["url"]).alias("normalized")).collect()
+    # both Spark forms: the column expression (the check's rule) and the layer's faster one
+    both = df.select(
+        "url", normalize_url_column(df["url"]).alias("by_column"), df["url"].alias("by_frame")
+    )
+    rows = normalize_urls(both, "by_frame").collect()
     mismatches = [
-        (r["url"], r["normalized"], normalize_url(r["url"]))
+        (r["url"], r["by_column"], r["by_frame"], normalize_url(r["url"]))
         for r in rows
-        if r["normalized"] != normalize_url(r["url"])
+        if not r["by_column"] == r["by_frame"] == normalize_url(r["url"])
     ]
     assert not mismatches
     assert len(rows) == len(urls)
     nulls = spark.createDataFrame([(None,)], "url string")
     assert nulls.select(normalize_url_column(nulls["url"])).first()[0] is None
+    assert normalize_urls(nulls, "url").first()[0] is None
