@@ -271,8 +271,8 @@ def read_folders(
 ) -> Iterator[DataFrame]:
     """Every line of the closed folders' part files, judged (schema ``PARSED_SCHEMA``).
 
-    A context manager: the JVM pass is cached (memory and disk) while the caller uses the
-    frame (it may run several Spark actions on it) and released on exit.
+    A context manager: the judged lines are cached (memory and disk) while the caller uses
+    the frame (it may run several Spark actions on it) and released on exit.
     ``driver_judged_lines``: the most undecided lines judged on the driver.
     """
     hour_starts = {f.hour: int(parse_hour(f.hour).timestamp() * 1000) for f in folders}
@@ -287,7 +287,14 @@ def read_folders(
     if not store.spark_reads_files():
         from backfill_assets.backups.reader_executors import read_with_executors
 
-        yield read_with_executors(spark, store, folders, PARSED_SCHEMA)
+        # cached as well: the caller's counts and its two writes read the backups once
+        parsed = read_with_executors(spark, store, folders, PARSED_SCHEMA).persist(
+            StorageLevel.MEMORY_AND_DISK
+        )
+        try:
+            yield parsed
+        finally:
+            parsed.unpersist()
         return
     paths = [store.spark_path(rel) for rel, *_ in sorted(expected)]
     judged = _parse(spark, paths, spark.createDataFrame(expected, _FILES_SCHEMA)).persist(
