@@ -202,10 +202,15 @@ def raw_shadow(
             value=Measured(payloads, stats_of(counted)),
             metadata=lineage,
         )
+        # Few rows, spread over every partition of the lines: gathered by hour first, so
+        # that each hour is one file (a file per task and hour was a hundred tiny files).
+        quarantine = (
+            kept.where(F.col("kind") == KIND_QUARANTINE)
+            .select(*QUARANTINE_COLUMNS, "run_id", "code_version", "hour")
+            .repartition("hour")
+        )
         yield dg.MaterializeResult(
             asset_key=SHADOW_QUARANTINE,
-            value=kept.where(F.col("kind") == KIND_QUARANTINE).select(
-                *QUARANTINE_COLUMNS, "run_id", "code_version", "hour"
-            ),
+            value=quarantine,
             metadata={**lineage, "seconds": round(time.monotonic() - started, 2)},
         )
