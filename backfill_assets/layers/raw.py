@@ -129,7 +129,7 @@ def raw_shadow(
         parsed = parsed.withColumn("_erased", erasure.line_erased(erasures, erasure.salt()))
         kept = parsed.where(~F.col("_erased"))
         is_payload = (F.col("kind") == KIND_PAYLOAD) & ~F.col("_erased")
-        payloads = kept.where(F.col("kind") == KIND_PAYLOAD).select(
+        payloads = parsed.where(is_payload).select(
             *PAYLOAD_COLUMNS, "run_id", "code_version", "hour"
         )
         # One action over the cached lines for the per-(hour, client) counts: valid lines

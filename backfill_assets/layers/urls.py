@@ -125,13 +125,10 @@ def normalize_url_column(url: Column) -> Column:
     """``normalize_url`` as a Spark column expression (built-in functions only; a URL not in
     normal form takes one regex pass per part: ``normalize_urls`` is the faster form for
     a whole column)."""
-    authority = F.regexp_extract(url, _URL_JAVA, 2)
+    parts = _extracted(url, _URL_JAVA, 4)
     return (
         F.when(url.rlike(NORMAL_PATTERN), url)
-        .when(
-            url.rlike(_URL_JAVA),
-            _assembled(_extracted(url, _URL_JAVA, 4), _extracted(authority, _AUTHORITY_JAVA, 3)),
-        )
+        .when(url.rlike(_URL_JAVA), _assembled(parts, _extracted(parts[1], _AUTHORITY_JAVA, 3)))
         .otherwise(url)
     )
 

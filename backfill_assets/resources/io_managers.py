@@ -158,8 +158,9 @@ class ShadowTableIOManager(dg.ConfigurableIOManager):
         return location(f"{self.warehouse_dir}/shadow/{name}")
 
     def handle_output(self, context: dg.OutputContext, obj: "DataFrame | Measured") -> None:
-        measured = obj.stats if isinstance(obj, Measured) else None
-        obj = obj.frame if isinstance(obj, Measured) else obj
+        measured = None
+        if isinstance(obj, Measured):
+            obj, measured = obj.frame, obj.stats
         table = table_name(context.asset_key)
         version = run_id(context.run_id)
         hours = sorted(context.asset_partition_keys)
