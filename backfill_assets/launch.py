@@ -480,6 +480,20 @@ def run_messages(instance: dg.DagsterInstance, run_id: str, step_key: str) -> li
     ]
 
 
+def step_failure(event: dg.DagsterEvent) -> str:
+    """``step: why`` of a STEP_FAILURE event: the ``dg.Failure``'s description when the
+    step raised one, else the first line of the innermost cause of the error."""
+    data = event.event_specific_data
+    user = getattr(data, "user_failure_data", None)
+    if user is not None and user.description:
+        return f"{event.step_key}: {user.description}"
+    error = getattr(data, "error", None)
+    while error is not None and error.cause is not None:
+        error = error.cause
+    message = error.message.strip() if error is not None else ""
+    return f"{event.step_key}: {message.splitlines()[0] if message else event.message}"
+
+
 def summarize_run(instance: dg.DagsterInstance, run: dg.DagsterRun) -> RunSummary:
     """What a finished run did: its step failures (innermost cause), the verdicts of steps
     that refused to build and of a publish that held hours back (expected outcomes: the
@@ -496,13 +510,7 @@ def summarize_run(instance: dg.DagsterInstance, run: dg.DagsterRun) -> RunSummar
         if event is None:
             continue
         if event.event_type == dg.DagsterEventType.STEP_FAILURE:
-            error = event.event_specific_data.error
-            message = error.message.strip().splitlines()[0] if error else event.message
-            cause = error.cause if error else None
-            while cause is not None:
-                message = cause.message.strip().splitlines()[0]
-                cause = cause.cause
-            failures.append(f"{event.step_key}: {message}")
+            failures.append(step_failure(event))
         elif event.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION:
             evaluations.append(event.event_specific_data)
         elif event.asset_key == PUBLISH_KEY and record.asset_materialization is not None:

@@ -20,6 +20,42 @@ from backfill_assets.generator import generate_backups
 from backfill_assets.settings import Settings
 
 
+@pytest.fixture(scope="session", autouse=True)
+def temporary_files() -> Iterator[Path]:
+    """Every temporary file of the session's processes in one directory, removed at the end.
+
+    Spark and Hive put theirs under ``java.io.tmpdir`` (``spark-*``, ``blockmgr-*``,
+    ``artifacts-*``, per-session ``*_resources`` directories, native libraries), Python and
+    Dagster (the S3 compute log manager's staging) under ``TMPDIR``, and a JVM killed by a
+    fault test never removes its own. Set here, before the first process starts, both
+    reach every JVM and Python process of the suite: this one's Spark session and what the
+    stack and fault tests start. Nothing of the suite is left behind in ``/tmp``.
+
+    Traversable by other users (not listable): the stack's Postgres runs as its service
+    user in a directory of its own below it."""
+    import os
+    import shutil
+    import tempfile
+
+    directory = Path(tempfile.mkdtemp(prefix="backfill-assets-tests-"))
+    directory.chmod(0o711)
+    saved = {name: os.environ.get(name) for name in ("TMPDIR", "JAVA_TOOL_OPTIONS")}
+    java_options = [o for o in [saved["JAVA_TOOL_OPTIONS"]] if o]
+    os.environ["TMPDIR"] = str(directory)
+    os.environ["JAVA_TOOL_OPTIONS"] = " ".join([*java_options, f"-Djava.io.tmpdir={directory}"])
+    tempfile.tempdir = None  # this process's tempfile reads TMPDIR again
+    try:
+        yield directory
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        tempfile.tempdir = None
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def base_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     root = tmp_path_factory.mktemp("suite")

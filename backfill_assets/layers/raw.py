@@ -202,12 +202,15 @@ def raw_shadow(
             value=Measured(payloads, stats_of(counted)),
             metadata=lineage,
         )
-        # Few rows, spread over every partition of the lines: gathered by hour first, so
-        # that each hour is one file (a file per task and hour was a hundred tiny files).
+        # Usually few rows, spread over every partition of the lines: gathered by hour
+        # first, so that each hour is one file (a file per task and hour was a hundred
+        # tiny files). A rebalance, not a repartition: adaptive execution splits an hour
+        # of many rows (a disaster hour, every line malformed) over several tasks and
+        # files instead of writing it in one task.
         quarantine = (
             kept.where(F.col("kind") == KIND_QUARANTINE)
             .select(*QUARANTINE_COLUMNS, "run_id", "code_version", "hour")
-            .repartition("hour")
+            .hint("rebalance", "hour")
         )
         yield dg.MaterializeResult(
             asset_key=SHADOW_QUARANTINE,

@@ -32,7 +32,7 @@ import dagster as dg
 
 from backfill_assets import tags
 from backfill_assets.checks.outcomes import summarize
-from backfill_assets.launch import PUBLISH_KEY
+from backfill_assets.launch import PUBLISH_KEY, step_failure
 from backfill_assets.layers.raw import BACKUP_PROBLEMS, MANIFEST_RECORDS
 from backfill_assets.publishing.publisher import Layer
 from backfill_assets.publishing.tables import UnsafeValueError, table_key, table_name
@@ -245,15 +245,8 @@ def collect_run(
         elif entry.asset_check_evaluation is not None:
             evaluations.append(entry.asset_check_evaluation)
         elif event.event_type_value == "STEP_FAILURE":
-            data = event.event_specific_data
-            user = getattr(data, "user_failure_data", None)
-            error = getattr(data, "error", None)
-            text = (
-                user.description
-                if user and user.description
-                else (error.message.strip().splitlines()[0] if error else "step failed")
-            )
-            summary.failures.append(f"{event.step_key}: {text}")
+            summary.failures.append(step_failure(event))
+            user = getattr(event.event_specific_data, "user_failure_data", None)
             # releases published before held-back hours ended the step successfully
             _collect_held(collected, (user.metadata if user else {}).get("held_back"))
     # steps that refused to build (an expected outcome: no step failure)

@@ -262,6 +262,13 @@ def test_helm_values_match_the_instance_config():
     }
     assert values["postgresql"]["postgresqlScheme"] == "postgresql+psycopg2"
     assert values["computeLogManager"]["type"] == "S3ComputeLogManager"
+    s3_logs = values["computeLogManager"]["config"]["s3ComputeLogManager"]
+    logs = instance_config["compute_logs"]["config"]
+    assert (s3_logs["bucket"], s3_logs["prefix"], s3_logs["localDir"]) == (
+        DAEMON_ENV["DAGSTER_LOG_BUCKET"],
+        logs["prefix"],
+        logs["local_dir"],
+    )
     assert (
         values["dagsterDaemon"]["runCoordinator"]["config"]["queuedRunCoordinator"][
             "maxConcurrentRuns"
