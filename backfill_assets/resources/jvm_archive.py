@@ -79,9 +79,12 @@ def _identity() -> dict[str, str]:
     """What the archive depends on: the JDK build and the Spark jars."""
     import pyspark
 
-    version = subprocess.run(
-        [java(), "-version"], capture_output=True, text=True, check=False
-    ).stderr.strip()
+    printed = subprocess.run([java(), "-version"], capture_output=True, text=True, check=False)
+    # Without the "Picked up JAVA_TOOL_OPTIONS: ..." lines a JVM prints for the options of
+    # its environment: they change no class the archive holds.
+    version = "\n".join(
+        line for line in printed.stderr.strip().splitlines() if not line.startswith("Picked up ")
+    )
     return {"java": version, "pyspark": pyspark.__version__, "python": sys.prefix}
 
 
