@@ -495,7 +495,7 @@ def step_failure(event: dg.DagsterEvent) -> str:
 
 
 def summarize_run(instance: dg.DagsterInstance, run: dg.DagsterRun) -> RunSummary:
-    """What a finished run did: its step failures (innermost cause), the verdicts of steps
+    """What a finished run did: its step failures (``step_failure``), the verdicts of steps
     that refused to build and of a publish that held hours back (expected outcomes: the
     steps succeeded) and check results."""
     failures, evaluations = [], []

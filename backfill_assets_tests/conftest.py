@@ -25,11 +25,12 @@ def temporary_files() -> Iterator[Path]:
     """Every temporary file of the session's processes in one directory, removed at the end.
 
     Spark and Hive put theirs under ``java.io.tmpdir`` (``spark-*``, ``blockmgr-*``,
-    ``artifacts-*``, per-session ``*_resources`` directories, native libraries), Python and
-    Dagster (the S3 compute log manager's staging) under ``TMPDIR``, and a JVM killed by a
-    fault test never removes its own. Set here, before the first process starts, both
-    reach every JVM and Python process of the suite: this one's Spark session and what the
-    stack and fault tests start. Nothing of the suite is left behind in ``/tmp``.
+    ``artifacts-*``, per-session ``*_resources`` directories, native libraries), Python's
+    ``tempfile`` and Chromium under ``TMPDIR``, and a JVM killed by a fault test never
+    removes its own. Set here, before the first process starts, both reach every JVM and
+    Python process of the suite: this one's Spark session and what the stack and fault
+    tests start. (The production instance's compute log manager stages in the directory
+    its config names, ``/tmp/dagster-compute-logs``.)
 
     Traversable by other users (not listable): the stack's Postgres runs as its service
     user in a directory of its own below it."""

@@ -729,7 +729,10 @@ def generate_backups(
             results: Iterable[_ClientResult] = map(_run_client, tasks)
             _merge(results, summary, folders, sink, clients)
         else:
-            with multiprocessing.get_context().Pool(workers) as pool:
+            # Spawned, not forked: a fork copies the locks other threads of this process
+            # hold at that moment (a test runner's, a server's log readers), and a worker
+            # that needs one of them waits forever.
+            with multiprocessing.get_context("spawn").Pool(workers) as pool:
                 _merge(pool.imap(_run_client, tasks), summary, folders, sink, clients)
 
     summary.held_back_folders = sorted(
