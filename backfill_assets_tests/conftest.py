@@ -41,9 +41,10 @@ def temporary_files() -> Iterator[Path]:
     directory = Path(tempfile.mkdtemp(prefix="backfill-assets-tests-"))
     directory.chmod(0o711)
     saved = {name: os.environ.get(name) for name in ("TMPDIR", "JAVA_TOOL_OPTIONS")}
-    java_options = [o for o in [saved["JAVA_TOOL_OPTIONS"]] if o]
     os.environ["TMPDIR"] = str(directory)
-    os.environ["JAVA_TOOL_OPTIONS"] = " ".join([*java_options, f"-Djava.io.tmpdir={directory}"])
+    os.environ["JAVA_TOOL_OPTIONS"] = " ".join(
+        filter(None, [saved["JAVA_TOOL_OPTIONS"], f"-Djava.io.tmpdir={directory}"])
+    )
     tempfile.tempdir = None  # this process's tempfile reads TMPDIR again
     try:
         yield directory

@@ -64,6 +64,14 @@ _ID_HASHES = {
     "ids_xx_salted": lambda: F.xxhash64(F.lit("reconciliation"), "payload_id"),
 }
 NO_IDS = (0, (0,) * len(_ID_HASHES))  # the digest of an hour without rows
+# ``reconcile_with_raw``'s counts of an hour without rows
+NO_COUNTS = {
+    "rows": 0,
+    "raw_distinct_ids": 0,
+    "duplicated_ids": 0,
+    "missing_ids": 0,
+    "extra_ids": 0,
+}
 
 
 def id_digest_columns() -> dict[str, Column]:
@@ -112,13 +120,7 @@ def reconcile_by_digest(
         if (rows, digest) != (ids, raw_digest):
             differing.append(hour)
         elif rows:
-            counts[hour] = {
-                "rows": rows,
-                "raw_distinct_ids": ids,
-                "duplicated_ids": 0,
-                "missing_ids": 0,
-                "extra_ids": 0,
-            }
+            counts[hour] = {**NO_COUNTS, "rows": rows, "raw_distinct_ids": ids}
     if differing:
         in_differing = F.col("hour").isin(differing)
         counts.update(reconcile_with_raw(transformed.where(in_differing), raw.where(in_differing)))
@@ -129,21 +131,12 @@ def reconciliation_failures(hours: list[str], counts: dict[str, dict[str, int]])
     """Failing hours -> reason, from ``reconcile_with_raw``'s counts."""
     failing = {}
     for hour in hours:
-        c = counts.get(
-            hour,
-            {
-                "rows": 0,
-                "raw_distinct_ids": 0,
-                "duplicated_ids": 0,
-                "missing_ids": 0,
-                "extra_ids": 0,
-            },
-        )
+        c = counts.get(hour, NO_COUNTS)
         if (
             c["rows"] != c["raw_distinct_ids"]
             or c["duplicated_ids"]
             or c["missing_ids"]
-            or (c["extra_ids"])
+            or c["extra_ids"]
         ):
             failing[hour] = (
                 f"{c['rows']} transformed row(s) for {c['raw_distinct_ids']} distinct raw "

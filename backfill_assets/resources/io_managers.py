@@ -158,9 +158,9 @@ class ShadowTableIOManager(dg.ConfigurableIOManager):
         return location(f"{self.warehouse_dir}/shadow/{name}")
 
     def handle_output(self, context: dg.OutputContext, obj: "DataFrame | Measured") -> None:
-        measured = None
+        stats = None
         if isinstance(obj, Measured):
-            obj, measured = obj.frame, obj.stats
+            obj, stats = obj.frame, obj.stats
         table = table_name(context.asset_key)
         version = run_id(context.run_id)
         hours = sorted(context.asset_partition_keys)
@@ -187,10 +187,9 @@ class ShadowTableIOManager(dg.ConfigurableIOManager):
             for h in hours
         )
         self.spark.sql(f"ALTER TABLE {table} ADD IF NOT EXISTS {clauses}")  # refreshes it
-        if measured is None:  # read back what was written: one Spark action
+        if stats is None:  # read back what was written: one Spark action
             written = self.spark.table(table).where(F.col("version") == version)
-            measured = partition_stats(written.where(F.col("hour").isin(hours)))
-        stats = measured
+            stats = partition_stats(written.where(F.col("hour").isin(hours)))
         now = audit.now()
         audit.append(
             self.spark,
