@@ -29,12 +29,12 @@ jvm-archive: install check-java
 stack-deps:
 	@./deploy/stack-deps.sh
 
-# The demo's day is the partitions' span in the demo and the UI (backfill_assets/partitions.py):
-# the catalog and the launch dialog show its 24 hours. Set them to your data's hours.
 # Chromium for the browser tests (apt-get when root and missing; Playwright drives it).
 browser-deps:
 	@./deploy/browser-deps.sh
 
+# The demo's day is the partitions' span in the demo and the UI (backfill_assets/partitions.py):
+# the catalog and the launch dialog show its 24 hours. Set them to your data's hours.
 demo ui: export BACKFILL_PARTITIONS_START ?= 2026-11-20T00
 demo ui: export BACKFILL_PARTITIONS_END ?= 2026-11-21T00
 

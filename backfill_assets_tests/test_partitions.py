@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 
+import dagster as dg
 import pytest
 
 from backfill_assets.partitions import (
@@ -21,7 +22,7 @@ from backfill_assets.partitions import (
 
 def test_partition_keys_are_table_hour_values():
     keys = hourly_partitions.get_partition_keys_in_range(
-        __import__("dagster").PartitionKeyRange("2026-11-20T22", "2026-11-21T01")
+        dg.PartitionKeyRange("2026-11-20T22", "2026-11-21T01")
     )
     assert keys == hour_range("2026-11-20T22", "2026-11-21T01")
     assert keys == ["2026-11-20T22", "2026-11-20T23", "2026-11-21T00", "2026-11-21T01"]

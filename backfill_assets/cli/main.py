@@ -1,6 +1,8 @@
 """``backfill-assets``: the operator's command line.
 
-Each subcommand lives in its own module with ``register(subparsers)``; heavy imports
+Each module of ``SUBCOMMAND_MODULES`` registers its subcommands with
+``register(subparsers)`` (one, or a family: ``backfill`` also ``publish`` and ``approve``,
+``generate`` also ``land``, ``rollback`` also ``verify``); heavy imports
 (Spark, Dagster) happen inside the handlers so ``--help`` and ``generate`` stay fast.
 """
 
