@@ -27,7 +27,7 @@ import dagster as dg
 HOUR_FORMAT = "%Y-%m-%dT%H"
 ENV_START, ENV_END = "BACKFILL_PARTITIONS_START", "BACKFILL_PARTITIONS_END"
 DEFAULT_START = "2026-01-01T00"
-_HOUR_KEY = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}$")
+_HOUR_KEY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}")  # fullmatch, ASCII digits
 
 
 class InvalidHourError(ValueError):
@@ -35,7 +35,7 @@ class InvalidHourError(ValueError):
 
 
 def _strict_hour(key: str) -> datetime:
-    if not isinstance(key, str) or not _HOUR_KEY.match(key):
+    if not isinstance(key, str) or not _HOUR_KEY.fullmatch(key):
         raise InvalidHourError(f"invalid hour {key!r}: expected YYYY-MM-DDTHH (UTC)")
     try:
         return datetime.strptime(key, HOUR_FORMAT).replace(tzinfo=UTC)

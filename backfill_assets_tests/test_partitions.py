@@ -44,6 +44,8 @@ def test_shift_and_backup_path():
         "../2026-11-20T00",
         "2025-12-31T23",
         " 2026-11-20T00",
+        "2026-11-20T00\n",  # a trailing newline ($ would accept it)
+        "2026-11-20T\u0660\u0663",  # Arabic-Indic digits (\\d would accept them)
     ],
 )
 def test_invalid_hours_are_rejected(bad: str):

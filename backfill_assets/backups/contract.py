@@ -15,6 +15,7 @@ lies outside its folder's hour is valid (clock drift, redelivery) and only count
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from urllib.parse import urlsplit
@@ -44,6 +45,16 @@ FILE_RECORDS_MISMATCH = "file_records_mismatch"
 _MIN_MS = 946_684_800_000  # 2000-01-01
 _MAX_MS = 4_102_444_800_000  # 2100-01-01
 HOUR_MS = 3_600_000
+# A timestamp of the contract ("ISO-8601 UTC string, e.g. 2026-11-20T03:15:42.123Z"): a
+# calendar date and a time to the second in ISO-8601's extended format, ASCII digits, an
+# optional fraction, and UTC: ``Z``, a zero offset, or no designator (read as UTC).
+# ``datetime.fromisoformat`` alone also takes a date without a time (``2026-11-20``,
+# ``20261120``, ``2026-W47-5``: midnight), hours or minutes only, and other zones.
+_ISO_UTC = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}([.,][0-9]+)?"
+    r"(?P<zone>Z|[+-][0-9]{2}:[0-9]{2})?"
+)
+_UTC_ZONES = (None, "Z", "+00:00", "-00:00")
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +85,13 @@ def is_int(value: object) -> bool:
 
 
 def parse_iso_ms(value: str) -> int:
-    """ISO-8601 UTC string -> epoch milliseconds (``Z`` or an offset; naive means UTC)."""
+    """ISO-8601 UTC string -> epoch milliseconds: ``YYYY-MM-DDTHH:MM:SS[.f]`` then ``Z``,
+    ``+00:00`` or nothing (naive means UTC); ``ValueError`` for any other form."""
+    match = _ISO_UTC.fullmatch(value)
+    if match is None:
+        raise ValueError("not of the form YYYY-MM-DDTHH:MM:SS[.fff]Z")
+    if match["zone"] not in _UTC_ZONES:
+        raise ValueError(f"offset {match['zone']} is not UTC")
     moment = datetime.fromisoformat(value)
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
@@ -108,8 +125,10 @@ def _timestamp(record: dict, name: str) -> int:
     text = _field(record, name, str)
     try:
         value = parse_iso_ms(text)  # type: ignore[arg-type]
-    except (ValueError, OverflowError):
-        raise Rejected(BAD_VALUE, f"{name} is not an ISO-8601 time: {text!r}"[:200]) from None
+    except (ValueError, OverflowError) as exc:
+        raise Rejected(
+            BAD_VALUE, f"{name} is not an ISO-8601 UTC time ({exc}): {text!r}"[:200]
+        ) from None
     if not _MIN_MS <= value < _MAX_MS:
         raise Rejected(BAD_VALUE, f"{name} out of range: {text!r}")
     return value

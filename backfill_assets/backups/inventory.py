@@ -11,17 +11,22 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from backfill_assets.backups.contract import MANIFEST_NAME, PART_FILE_SUFFIX
+from backfill_assets.backups.contract import MANIFEST_NAME, PART_FILE_SUFFIX, is_int
 from backfill_assets.partitions import backup_hour_path, parse_hour
 from backfill_assets.resources.backup_store import BackupStore
 
-_CLIENT_DIR = re.compile(r"^client_id=(\d{1,18})$")
-_DATE_DIR = re.compile(r"^date=(\d{4}-\d{2}-\d{2})$")
-_HOUR_DIR = re.compile(r"^hour=(\d{2})$")
-_PART_FILE = re.compile(r"^part-\d{5}" + re.escape(PART_FILE_SUFFIX) + "$")
+# Names of the contract, matched whole (``fullmatch``: no trailing newline) and in ASCII
+# digits only (``\d`` would take ``hour=٠٣`` for ``hour=03``).
+_CLIENT_DIR = re.compile(r"client_id=([0-9]{1,18})")
+_DATE_DIR = re.compile(r"date=([0-9]{4}-[0-9]{2}-[0-9]{2})")
+_HOUR_DIR = re.compile(r"hour=([0-9]{2})")
+_PART_FILE = re.compile(r"part-[0-9]{5}" + re.escape(PART_FILE_SUFFIX))
+_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
+_FIX = "its files are read by no hour: rename it to the contract's layout or remove it"
 
 
 @dataclass(frozen=True)
@@ -73,7 +78,7 @@ class HourInventory:
 
 def date_of_folder(name: str) -> str | None:
     """``date=YYYY-MM-DD`` (a real calendar date) -> ``YYYY-MM-DD``; None otherwise."""
-    match = _DATE_DIR.match(name)
+    match = _DATE_DIR.fullmatch(name)
     if not match:
         return None
     try:
@@ -85,23 +90,44 @@ def date_of_folder(name: str) -> str | None:
 
 def hour_of_folder(name: str) -> str | None:
     """``hour=HH`` with HH in 00..23 -> ``HH``; None otherwise (``hour=24``, ``hour=7``)."""
-    match = _HOUR_DIR.match(name)
+    match = _HOUR_DIR.fullmatch(name)
     return match.group(1) if match and int(match.group(1)) < 24 else None
+
+
+def client_of_folder(name: str) -> int | None:
+    """``client_id=<int>`` in canonical form (ASCII digits, no leading zero) -> the id;
+    None otherwise (``client_id=007``, ``client_id=٧``, ``client_id=x``)."""
+    match = _CLIENT_DIR.fullmatch(name)
+    if not match or str(int(match.group(1))) != match.group(1):
+        return None
+    return int(match.group(1))
+
+
+def unique_files(folders: Iterable[Folder]) -> list[tuple[Folder, PartFile]]:
+    """Each part file of ``folders`` once, with its folder (the first entry of a path): a
+    manifest that lists a file twice is its folder's problem, never a file read twice."""
+    seen: set[str] = set()
+    out = []
+    for folder in folders:
+        for part in folder.files:
+            if part.rel_path not in seen:
+                seen.add(part.rel_path)
+                out.append((folder, part))
+    return out
 
 
 def stray_folders(store: BackupStore, dates: list[str]) -> tuple[list[str], dict[str, list[str]]]:
     """Entries of the tree that no hour can be read from, each with what to do:
     entries of ``raw/`` that are not ``date=YYYY-MM-DD`` folders (every hour's problem),
     and, per date of ``dates``, entries of ``raw/date=D/`` that are not ``hour=00..23``."""
-    fix = "its files are read by no hour: rename it to the contract's layout or remove it"
     tree = [
-        f"raw/{entry}: not a date folder (expected date=YYYY-MM-DD, a real date); {fix}"
+        f"raw/{entry}: not a date folder (expected date=YYYY-MM-DD, a real date); {_FIX}"
         for entry in store.list_dir("raw")
         if date_of_folder(entry) is None
     ]
     per_date = {
         date: [
-            f"raw/date={date}/{entry}: not an hour folder (expected hour=00..hour=23); {fix}"
+            f"raw/date={date}/{entry}: not an hour folder (expected hour=00..hour=23); {_FIX}"
             for entry in store.list_dir(f"raw/date={date}")
             if hour_of_folder(entry) is None
         ]
@@ -126,9 +152,16 @@ def _read_manifest(
         return None, raw, f"{folder_rel}/{MANIFEST_NAME}: unreadable manifest ({exc})"
 
 
+def _count(value: object) -> int:
+    """A manifest ``records``: a JSON integer >= 0 (not 12.9, "12", true), else ValueError."""
+    if not is_int(value) or value < 0:  # type: ignore[operator]
+        raise ValueError(f"records must be an integer >= 0, got {value!r}")
+    return value  # type: ignore[return-value]
+
+
 def _folder(store: BackupStore, hour: str, client_id: int, rel: str) -> Folder:
     names = store.list_dir(rel)
-    present = {n for n in names if _PART_FILE.match(n)}
+    present = {n for n in names if _PART_FILE.fullmatch(n)}
     problems = [
         f"{rel}/{n}: unexpected file in backup folder"
         for n in names
@@ -150,20 +183,26 @@ def _folder(store: BackupStore, hour: str, client_id: int, rel: str) -> Folder:
     files: list[PartFile] = []
     listed: set[str] = set()
     try:
-        if manifest.get("client_id") != client_id:
+        if not is_int(manifest.get("client_id")) or manifest.get("client_id") != client_id:
             problems.append(f"{rel}: manifest client_id {manifest.get('client_id')!r} != folder")
         expected_hour = f"{parse_hour(hour):%Y-%m-%dT%H}:00:00Z"
         if manifest.get("hour") != expected_hour:
             problems.append(f"{rel}: manifest hour {manifest.get('hour')!r} != {expected_hour}")
         for entry in manifest["files"]:
-            name, records, sha = entry["name"], int(entry["records"]), str(entry["sha256"])
+            name, records, sha = entry["name"], _count(entry["records"]), entry["sha256"]
+            if not isinstance(sha, str) or not _SHA256.fullmatch(sha):
+                raise ValueError(f"sha256 of {name!r} is not 64 hex digits: {sha!r}")
+            if name in listed:
+                problems.append(f"{rel}/{name}: listed more than once in the manifest (read once)")
+                continue
             listed.add(name)
             if name not in present:
                 problems.append(f"{rel}/{name}: listed in the manifest but missing")
                 continue
-            files.append(PartFile(f"{rel}/{name}", name, records, sha, int(entry.get("bytes", -1))))
-        records = int(manifest["records"])
-        listed_records = sum(int(e["records"]) for e in manifest["files"])
+            size = int(entry.get("bytes", -1))
+            files.append(PartFile(f"{rel}/{name}", name, records, sha.lower(), size))
+        records = _count(manifest["records"])
+        listed_records = sum(_count(e["records"]) for e in manifest["files"])
         if records != listed_records:
             problems.append(
                 f"{rel}: manifest records {records} != sum of its files {listed_records}"
@@ -202,14 +241,13 @@ def take_inventory(store: BackupStore, hours: list[str]) -> dict[str, HourInvent
                 f"{hour_rel}: no backup folder for hour {hour} (backup outage?)"
             )
         for entry in entries:
-            match = _CLIENT_DIR.match(entry)
-            if not match:
+            client_id = client_of_folder(entry)
+            if client_id is None:
                 inventory.problems.append(
-                    f"{hour_rel}/{entry}: unexpected entry (not client_id=<int>)"
+                    f"{hour_rel}/{entry}: unexpected entry (not client_id=<int>, ASCII digits "
+                    f"without leading zeros); {_FIX}"
                 )
                 continue
-            inventory.folders.append(
-                _folder(store, hour, int(match.group(1)), f"{hour_rel}/{entry}")
-            )
+            inventory.folders.append(_folder(store, hour, client_id, f"{hour_rel}/{entry}"))
         result[hour] = inventory
     return result

@@ -38,7 +38,7 @@ from pyspark.sql import functions as F
 
 from backfill_assets import faults
 from backfill_assets.backups import contract
-from backfill_assets.backups.inventory import Folder
+from backfill_assets.backups.inventory import Folder, unique_files
 from backfill_assets.backups.parsed_rows import (
     COLUMNS,
     KIND_PAYLOAD,
@@ -276,10 +276,9 @@ def read_folders(
     ``driver_judged_lines``: the most undecided lines judged on the driver.
     """
     hour_starts = {f.hour: int(parse_hour(f.hour).timestamp() * 1000) for f in folders}
-    expected = [
+    expected = [  # each file once, even if a manifest lists it twice (the inventory's problem)
         (f.rel_path, folder.hour, folder.client_id, hour_starts[folder.hour], f.sha256, f.records)
-        for folder in folders
-        for f in folder.files
+        for folder, f in unique_files(folders)
     ]
     if not expected:
         yield spark.createDataFrame([], PARSED_SCHEMA)

@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from backfill_assets import faults
 from backfill_assets.backups import contract
-from backfill_assets.backups.inventory import Folder
+from backfill_assets.backups.inventory import Folder, unique_files
 from backfill_assets.backups.parsed_rows import ParsedRows
 from backfill_assets.partitions import parse_hour
 from backfill_assets.resources.backup_store import BackupStore
@@ -93,7 +93,7 @@ def read_with_executors(
     schema: str,
 ) -> DataFrame:
     """Every line of the folders' part files, judged in Python on the executors."""
-    expected = {
+    expected = {  # each file once: the first entry of a path, as in ``reader``
         f.rel_path: _Expected(
             folder.hour,
             int(parse_hour(folder.hour).timestamp() * 1000),
@@ -101,8 +101,7 @@ def read_with_executors(
             f.sha256,
             f.records,
         )
-        for folder in folders
-        for f in folder.files
+        for folder, f in unique_files(folders)
     }
     files = store.read_files(spark, sorted(expected))
     return files.mapInArrow(_parser(expected), schema)

@@ -28,7 +28,8 @@ A line the JVM does not find valid (or cannot decide exactly) gets the verdict
 ``UNDECIDED`` and the reader hands it to ``contract.parse_line`` itself, which words the
 quarantine reason. Those are the malformed lines (a fraction of a percent of a backup) and a
 few valid but unusual ones: the lenient cases above; a timestamp not of the form
-``YYYY-MM-DDTHH:MM:SS[.f{1,6}][Z]`` (``fromisoformat`` accepts many more forms); a
+``YYYY-MM-DDTHH:MM:SS[.f{1,6}][Z]`` (the reference accepts a few more: ``+00:00``, a
+comma, 7+ fraction digits); a
 ``page_url`` whose host has brackets or non-ASCII characters (``urlsplit``'s IPv6 and NFKC
 checks) or that holds tab/CR/LF or control characters before the host; a v1 line whose
 ignored ``event_time_ms`` is not an integer.
@@ -48,8 +49,9 @@ from backfill_assets.backups import contract
 UNDECIDED = "undecided"  # the reason of a line left to the Python reference
 
 _JSON_WS = "[ \\t\\r\\n]*"
-# YYYY-MM-DDTHH:MM:SS[.f{1,6}][Z]; any other form is left to datetime.fromisoformat.
-_ISO = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z?\z"
+# YYYY-MM-DDTHH:MM:SS[.f{1,6}][Z] (ASCII digits), a form the reference accepts; any other
+# form (a zero offset, a comma, a date without a time, ...) is left to contract.parse_iso_ms.
+_ISO = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?Z?\z"
 # An absolute http(s) URL whose host part is ASCII without brackets: urlsplit accepts it
 # without any of its checks applying (netloc chars: ASCII except \t \n \r # / ? [ ]).
 _URL_OK = (

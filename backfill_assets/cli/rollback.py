@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from backfill_assets.cli.main import CommandError
 
@@ -78,12 +79,19 @@ def run_rollback(args: argparse.Namespace) -> int:
 def run_verify(args: argparse.Namespace) -> int:
     from backfill_assets.layers.registry import LAYERS
     from backfill_assets.publishing import publisher
+    from backfill_assets.publishing.lock import release_locks
     from backfill_assets.resources.spark import spark_session
     from backfill_assets.settings import Settings
 
     settings = Settings.from_env()
     spark = spark_session(settings)
-    settled = publisher.recover(spark, settings.warehouse_dir)
+    layers = list(LAYERS.values())
+    # Every layer's publish lock while settling: a pending transaction of a layer another
+    # run is publishing is that run's, between two swaps, not a crashed one.
+    with release_locks(
+        settings.warehouse_dir, [layer.name for layer in layers], f"verify (pid {os.getpid()})"
+    ):
+        settled = publisher.recover(spark, settings.warehouse_dir, publisher.locked_tables(layers))
     for e in settled:
         print(
             f"settled crashed transaction {e['txn_id']}: {e['table_name']} hour={e['hour']} "

@@ -5,7 +5,14 @@ every node of its plan (children, CTE definitions, subqueries, the plan an ``EXP
 explains) is on an allow-list of query operators or of metadata reads (``SHOW``,
 ``DESCRIBE``). Anything else (an ``INSERT`` hidden behind a ``WITH``, DDL, ``SET``,
 ``CACHE``, a SQL script, two statements) is refused before Spark runs anything, and so
-are the functions that call arbitrary Java methods (``reflect``, ``java_method``).
+are the functions that call arbitrary Java methods (``reflect``, ``java_method``, however
+qualified or cased, e.g. ``system.builtin.REFLECT``), a function or column named through
+``IDENTIFIER()``, and direct file queries (``SELECT * FROM text.`/etc/hostname```: a
+table name whose namespace is a data source reads any file the process can read).
+
+Two more checks when the statement runs: Spark's own direct file queries are switched off
+(``spark.sql.runSQLOnFiles``), and a query whose analysed plan calls a Java method by
+reflection is refused before it runs, whatever name the call was written with.
 """
 
 from __future__ import annotations
@@ -99,8 +106,41 @@ _READ_COMMANDS = frozenset(
         "org.apache.spark.sql.execution.command.ExplainCommand",
     }
 )
-# Functions that call any static Java method (e.g. Hadoop's FileUtil.chmod on a path).
+# Functions that call any static Java method (e.g. Hadoop's FileUtil.chmod on a path),
+# matched on the last part of the name, lower-cased: Spark resolves ``builtin.reflect``,
+# ``system.builtin.REFLECT`` and ``reflect`` to the same function. (An allow-list of the
+# ~500 built-in functions would change with every Spark release; these three are the
+# built-ins that reach arbitrary Java code.)
 DENIED_FUNCTIONS = frozenset({"reflect", "java_method", "try_reflect"})
+# Their resolved expressions (``try_reflect`` wraps ``CallMethodViaReflection``).
+_REFLECTION = f"{_CATALYST}expressions.CallMethodViaReflection"
+# Parsed plan nodes that name a table: ``format`.`path`` there is a direct file query.
+_TABLE_NAMES = frozenset({"UnresolvedRelation", "UnresolvedTable", "UnresolvedTableOrView"})
+# Data sources a direct file query may name (Spark's short names, lower-cased), whether or
+# not their package is deployed here; any other name Spark resolves to a data source (a
+# class name included) is refused too, see ``_is_data_source``.
+DATA_SOURCES = frozenset(
+    {
+        "avro",
+        "binaryfile",
+        "csv",
+        "delta",
+        "hive",
+        "hudi",
+        "iceberg",
+        "image",
+        "jdbc",
+        "json",
+        "kafka",
+        "libsvm",
+        "orc",
+        "parquet",
+        "protobuf",
+        "text",
+        "xml",
+    }
+)
+_RUN_SQL_ON_FILES = "spark.sql.runSQLOnFiles"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -121,16 +161,33 @@ def _seq(scala_seq: Any) -> list[Any]:
 
 
 def _functions(expression: Any) -> list[str]:
-    """Names of the (unresolved) functions called anywhere in ``expression``."""
+    """Names, as written, of the (unresolved) functions called anywhere in ``expression``;
+    ``IDENTIFIER()`` for a name given by an ``IDENTIFIER(...)`` clause."""
     names = []
-    if expression.getClass().getSimpleName() == "UnresolvedFunction":
-        names.append(".".join(_seq(expression.nameParts())).lower())
+    simple = expression.getClass().getSimpleName()
+    if simple == "UnresolvedFunction":
+        names.append(".".join(str(part) for part in _seq(expression.nameParts())))
+    elif simple == "ExpressionWithUnresolvedIdentifier":
+        names.append("IDENTIFIER()")
     for child in _seq(expression.children()):
         names.extend(_functions(child))
     return names
 
 
-def _refusal(plan: Any, gateway: Any) -> str | None:
+def _is_data_source(name: str, spark: SparkSession) -> bool:
+    """Whether Spark would read ``name`.`path`` as a file of data source ``name``."""
+    if name.lower() in DATA_SOURCES or "." in name:  # a short name or a class name
+        return True
+    jvm = spark.sparkContext._jvm
+    data_source = jvm.org.apache.spark.sql.execution.datasources.DataSource
+    try:
+        data_source.lookupDataSource(name, spark._jsparkSession.sessionState().conf())
+    except Exception as exc:  # anything but "not found" counts as a data source
+        return "[DATA_SOURCE_NOT_FOUND]" not in str(exc)
+    return True
+
+
+def _refusal(plan: Any, spark: SparkSession) -> str | None:
     """Why ``plan`` (a parsed logical plan, a py4j object) is not read-only, or None."""
     from py4j.java_gateway import is_instance_of
 
@@ -138,21 +195,53 @@ def _refusal(plan: Any, gateway: Any) -> str | None:
     name, simple = cls.getName(), cls.getSimpleName()
     if name in _READ_COMMANDS:
         if simple == "ExplainCommand":
-            return _refusal(plan.logicalPlan(), gateway)
+            return _refusal(plan.logicalPlan(), spark)
     elif not (name.startswith(_CATALYST) and simple in QUERY_NODES | METADATA_NODES):
         return f"{simple.rstrip('$')} is not a read-only query"
+    if simple in _TABLE_NAMES:
+        parts = [str(part) for part in _seq(plan.multipartIdentifier())]
+        if len(parts) == 2 and _is_data_source(parts[0], spark):
+            return (
+                f"reading files directly ({parts[0]}.`{parts[1]}`) is not allowed: query the tables"
+            )
     for expression in _seq(plan.expressions()):
-        denied = sorted(set(_functions(expression)) & DENIED_FUNCTIONS)
-        if denied:
-            return f"function {denied[0]}() calls arbitrary Java code"
+        for function in _functions(expression):
+            if function == "IDENTIFIER()":
+                return "IDENTIFIER() in an expression is not allowed: name the column or function"
+            if function.rsplit(".", 1)[-1].lower() in DENIED_FUNCTIONS:
+                return f"function {function}() calls arbitrary Java code"
     for getter in ("children", "innerChildren", "subqueries"):
         for child in _seq(getattr(plan, getter)()):
-            if not is_instance_of(gateway, child, _LOGICAL_PLAN):
+            if not is_instance_of(spark.sparkContext._gateway, child, _LOGICAL_PLAN):
                 continue  # an inner child that is not a plan (e.g. a schema)
-            reason = _refusal(child, gateway)
+            reason = _refusal(child, spark)
             if reason:
                 return reason
     return None
+
+
+def _calls_java(node: Any, gateway: Any) -> bool:
+    """Whether an analysed plan or expression (py4j) calls a Java method by reflection:
+    the check on what Spark resolved, whatever the statement named."""
+    from py4j.java_gateway import is_instance_of
+
+    if is_instance_of(gateway, node, _REFLECTION):
+        return True
+    nodes = _seq(node.children())
+    if is_instance_of(gateway, node, _LOGICAL_PLAN):
+        nodes += _seq(node.expressions()) + _seq(node.subqueries())
+        nodes += [
+            c for c in _seq(node.innerChildren()) if is_instance_of(gateway, c, _LOGICAL_PLAN)
+        ]
+    return any(_calls_java(child, gateway) for child in nodes)
+
+
+def _refuse(reason: str) -> CommandError:
+    return CommandError(
+        f"refused, nothing was run: {reason}. `sql` is read-only (one SELECT / WITH / "
+        f"SHOW / DESCRIBE / EXPLAIN statement); published tables and the ledger change "
+        f"only through backfill, publish and rollback"
+    )
 
 
 def check_read_only(spark: SparkSession, statement: str) -> None:
@@ -168,13 +257,9 @@ def check_read_only(spark: SparkSession, statement: str) -> None:
         raise CommandError(
             f"not one valid statement ({first}); `sql` runs exactly one read-only statement"
         ) from None
-    reason = _refusal(plan, spark.sparkContext._gateway)
+    reason = _refusal(plan, spark)
     if reason:
-        raise CommandError(
-            f"refused, nothing was run: {reason}. `sql` is read-only (one SELECT / WITH / "
-            f"SHOW / DESCRIBE / EXPLAIN statement); published tables and the ledger change "
-            f"only through backfill, publish and rollback"
-        )
+        raise _refuse(reason)
 
 
 def _plain(value: object) -> object:
@@ -191,8 +276,12 @@ def run(args: argparse.Namespace) -> int:
 
     spark = spark_session(Settings.from_env())
     check_read_only(spark, args.query)
+    run_sql_on_files = spark.conf.get(_RUN_SQL_ON_FILES)
+    spark.conf.set(_RUN_SQL_ON_FILES, "false")  # Spark refuses `format`.`path` as well
     try:
-        df = spark.sql(args.query)
+        df = spark.sql(args.query)  # a query is analysed here and runs when rows are read
+        if _calls_java(df._jdf.queryExecution().analyzed(), spark.sparkContext._gateway):
+            raise _refuse("the query calls a Java method by reflection")
         columns = df.columns
         rows = df.toLocalIterator()
         if args.format == "jsonl":
@@ -214,4 +303,6 @@ def run(args: argparse.Namespace) -> int:
             print(f"({len(materialized)} row(s))")
     except PySparkException as exc:
         raise CommandError(str(exc).splitlines()[0]) from None
+    finally:
+        spark.conf.set(_RUN_SQL_ON_FILES, run_sql_on_files)
     return 0

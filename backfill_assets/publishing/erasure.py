@@ -176,7 +176,7 @@ def purge(
     One job per shadow table that names users (whatever the number of versions), one
     listing per published table."""
     with release_locks(warehouse_dir, [layer.name for layer in layers], run_id):
-        publisher.recover(spark, warehouse_dir)
+        publisher.recover(spark, warehouse_dir, publisher.locked_tables(layers))
         wanted = digests(spark)
         if not wanted:
             return [], []

@@ -8,10 +8,14 @@ window; ``audit.release_reads`` records which). Publishing a release:
 
 1. **plan**: per layer and hour, the newest candidate of the release; it is held back if a
    check of its layer did not pass for that exact version, if it changes the published
-   hour beyond the change gates' limits and nobody approved it (``gates``), or if it read an
+   hour beyond the change gates' limits and nobody approved it (``gates``), if it read an
    upstream candidate of the release that is held back (so a session hour never goes live
-   on top of a raw hour that did not). The whole release is refused if an hour it read as
-   *published* has changed since it was built (rebuild instead).
+   on top of a raw hour that did not) or another version of the release than the one going
+   live there (the upstream hour was rebuilt after it), or if the published version is
+   newer than it (an old build published again: going back is a rollback). The whole
+   release is refused if an hour it read as *published* has changed since it was built
+   (rebuild instead), whether or not this publish includes the layer it read; the upstream
+   layers' locks are held with the published ones so that cannot change under it.
 2. **one transaction**: ``prepare`` rows for every (table, hour) to swap, all with one
    ``txn_id``; then one swap per table (its hours relocated in one metastore transaction,
    added or dropped in one statement: ``tables.swap_partitions``; no data is copied or
@@ -19,12 +23,17 @@ window; ``audit.release_reads`` records which). Publishing a release:
 3. **recovery**: a transaction with ``prepare`` rows and no outcome (a crash) is settled as
    a whole by ``recover`` (run before every publish and rollback, and by ``verify``): if
    every swap happened it is committed, otherwise the swaps that happened are undone and
-   it is aborted. Tables of a layer, and a layer and its downstream, are therefore never
-   left on different releases once recovery has run.
+   it is aborted. Only by a caller holding the publish locks of every layer the
+   transaction touches: otherwise it may be another run's, in flight between two swaps.
+   Tables of a layer, and a layer and its downstream, are therefore never left on
+   different releases once recovery has run.
 
 Rollback is a transaction of the same kind: per (table, hour) the ledger is a stack
-(a publish pushes a location, a rollback pops it), so repeated rollbacks walk back
-through history and rolling back a first publish drops the partition.
+(a publish pushes a location, a rollback pops the release's entries), so repeated rollbacks
+walk back through history, a release published twice in an hour goes back to what was
+there before it, and rolling back a first publish drops the partition. A rollback is
+refused while a later release that read what it published is still published (roll that
+one back first).
 """
 
 from __future__ import annotations
@@ -52,6 +61,7 @@ PREPARE, COMMIT, ABORT = "prepare", "commit", "abort"
 PUBLISH, ROLLBACK = "publish", "rollback"
 PUBLISHED, UNCHANGED, HELD_BACK = "published", "unchanged", "held_back"
 SOURCE_RELEASE, SOURCE_PUBLISHED = "release", "published"
+SOURCE_EMPTY = "empty"  # an hour read as empty (declared so, or outside the backups)
 
 
 @dataclass(frozen=True)
@@ -196,7 +206,7 @@ def _written(spark: SparkSession, locations: set[str]) -> dict[str, dict]:
     rows = (
         audit.read(spark, audit.SHADOW_PARTITIONS)
         .where(F.col("location").isin(sorted(locations)))
-        .select("location", "version", "row_count")
+        .select("location", "version", "row_count", "written_at", "release_id")
         .collect()
     )
     return {r["location"]: r.asDict() for r in rows}
@@ -286,6 +296,19 @@ def deleted_by(deletion: Mapping) -> str:
 # ------------------------------------------------------------------------------ planning
 
 
+def lock_names(layers: Sequence[Layer]) -> list[str]:
+    """The publish locks a publish of ``layers`` takes: theirs and their upstreams'."""
+    return sorted(
+        {layer.name for layer in layers} | {lay.upstream for lay in layers if lay.upstream}
+    )
+
+
+def locked_tables(layers: Sequence[Layer]) -> list[str]:
+    """The published tables of ``layers``: those whose pending transactions a caller holding
+    their locks may settle (``recover``)."""
+    return [table for layer in layers for table in layer.tables]
+
+
 def plan_release(
     spark: SparkSession,
     release_id: str,
@@ -316,21 +339,30 @@ def plan_release(
     reads = _reads(spark, release_id)
     purged = audit.deleted(spark, {row["location"] for row in candidates.values()})
 
+    # Every upstream table read as published, whether or not this publish includes its
+    # layer (publishing only the downstream layer must not skip the check).
+    # An hour read as empty is stale once something is published there.
+    outside = [r for r in reads if r["source"] in (SOURCE_PUBLISHED, SOURCE_EMPTY)]
+    upstream_now = {
+        t: current[t] if t in current else partition_locations(spark, t)
+        for t in sorted({r["upstream_table"] for r in outside})
+        if t in current or table_exists(spark, t)
+    }
     stale = sorted(
         {
-            f"{r['upstream_table']} {r['hour']} (read at {r['location']}, now "
-            f"{current.get(r['upstream_table'], {}).get(r['hour'])})"
-            for r in reads
-            if r["source"] == SOURCE_PUBLISHED
-            and r["upstream_table"] in current
-            and current[r["upstream_table"]].get(r["hour"]) != r["location"]
+            f"{r['upstream_table']} {r['hour']} (read "
+            f"{'as empty' if r['source'] == SOURCE_EMPTY else 'at ' + r['location']}, now "
+            f"{upstream_now.get(r['upstream_table'], {}).get(r['hour'])})"
+            for r in outside
+            if upstream_now.get(r["upstream_table"], {}).get(r["hour"]) != r["location"]
         }
     )
-    read_from_release = {
-        (r["reader_table"], r["upstream_table"], r["hour"])
-        for r in reads
-        if r["source"] == SOURCE_RELEASE
-    }
+    # (reader, upstream, hour) -> the upstream versions of the release it read there
+    read_from_release: dict[tuple[str, str, str], set[str]] = {}
+    for r in reads:
+        if r["source"] == SOURCE_RELEASE:
+            key = (r["reader_table"], r["upstream_table"], r["hour"])
+            read_from_release.setdefault(key, set()).add(r["version"])
 
     outcomes: list[HourOutcome] = []
     status_of: dict[tuple[str, str], HourOutcome] = {}  # (layer, hour) -> outcome
@@ -348,13 +380,20 @@ def plan_release(
                 main = upstream.tables[0]
                 for needed in layer.reads(hour):
                     held = status_of.get((upstream.name, needed))
-                    if (
-                        held is not None
-                        and held.status == HELD_BACK
-                        and (layer.checked_table, main, needed) in read_from_release
-                    ):
+                    read = read_from_release.get((layer.checked_table, main, needed))
+                    if held is None or not read:
+                        continue
+                    if held.status == HELD_BACK:
                         outcome.reasons.append(
                             f"reads {upstream.name} {needed} of this release, which is held back"
+                        )
+                    elif read != {held.version}:
+                        # built on another version of the release than the one going live
+                        # (the upstream hour was rebuilt after this hour was built)
+                        outcome.reasons.append(
+                            f"reads {upstream.name} {needed} version "
+                            f"{', '.join(sorted(v[:8] for v in read))}, but the release "
+                            f"publishes version {held.version[:8]} there: rebuild this hour"
                         )
             elif layer.upstream and any(
                 r[0] == layer.checked_table and r[2] in layer.reads(hour) for r in read_from_release
@@ -377,6 +416,21 @@ def plan_release(
                     continue
                 was = current[published].get(hour)
                 before = written.get(was or "", {})
+                if (
+                    was
+                    and was != row["location"]
+                    and before.get("written_at") is not None
+                    and before["written_at"] > row["written_at"]
+                ):
+                    # an older build over a newer one (an old command run again, a release
+                    # approved late): going back is a rollback's job, not a publish's
+                    outcome.reasons.append(
+                        f"{published} {hour}: the published version {before['version'][:8]} "
+                        f"(release {before.get('release_id') or '?'}) is newer than version "
+                        f"{version[:8]} (written {before['written_at']:%Y-%m-%d %H:%M:%S} "
+                        f"after it); roll back to return to an older version"
+                    )
+                    continue
                 if was and was != row["location"] and shadow in measured:
                     numbers = measured[shadow]
                     outcome.gates += gates.findings(
@@ -506,7 +560,9 @@ def publish_release(
     Raises ``PublishError`` (nothing published) when the release read published hours that
     changed since it was built, or when it wrote nothing for ``layers``.
     """
-    with release_locks(warehouse_dir, [layer.name for layer in layers], run_id):
+    # The upstream layers' locks too: what the release read as published must not move
+    # between the stale-read check and the swaps.
+    with release_locks(warehouse_dir, lock_names(layers), run_id):
         return _publish_release(
             spark, warehouse_dir, release_id, layers, run_id, manifest, limits, approve
         )
@@ -522,7 +578,7 @@ def _publish_release(
     limits: gates.Limits | None,
     approve: Approval | None,
 ) -> ReleasePlan:
-    recover(spark, warehouse_dir)
+    recover(spark, warehouse_dir, locked_tables(layers))
     for layer in layers:
         for shadow, published in layer.pairs:
             if table_exists(spark, shadow):
@@ -601,12 +657,21 @@ def pending_transactions(spark: SparkSession) -> dict[str, list[dict]]:
     return pending
 
 
-def recover(spark: SparkSession, warehouse_dir: str) -> list[dict]:
+def recover(spark: SparkSession, warehouse_dir: str, tables: Iterable[str]) -> list[dict]:
     """Settle crashed transactions as a whole (commit if every swap happened, else undo the
-    swaps that did and abort); returns the resolution rows written."""
+    swaps that did and abort); returns the resolution rows written.
+
+    Only the transactions whose every table is in ``tables``: the caller holds the publish
+    locks of their layers, so none of them is still in flight in another run (a pending
+    transaction of a table whose lock another run holds may be that run's, between two
+    swaps: settling it would split it). The others are left for whoever holds their locks.
+    """
+    held = set(tables)
     resolutions: list[dict] = []
     for txn, events in pending_transactions(spark).items():
         tables = sorted({e["table_name"] for e in events})
+        if not held.issuperset(tables):
+            continue
         current = {t: partition_locations(spark, t) for t in tables}
         swapped = [
             e for e in events if current[e["table_name"]].get(e["hour"]) == e["new_location"]
@@ -637,13 +702,21 @@ class Entry:
 
 def history(events: Sequence[dict]) -> dict[tuple[str, str], list[Entry]]:
     """Per (table, hour), the stack of published locations: a committed publish pushes,
-    a committed rollback pops. The top is what should be published now."""
+    a committed rollback pops the rolled-back release's entries down to the location it
+    restored (a release published twice there is rolled back as a whole). The top is what
+    should be published now."""
     committed = [e for e in events if e["phase"] == COMMIT]
     stacks: dict[tuple[str, str], list[Entry]] = {}
     for e in committed:
         stack = stacks.setdefault((e["table_name"], e["hour"]), [])
         if e["mode"] == ROLLBACK:
             if stack:
+                stack.pop()
+            while (
+                stack
+                and stack[-1].release_id == e["backfill_id"]
+                and stack[-1].location != e["new_location"]
+            ):
                 stack.pop()
         elif not stack or stack[-1].location != e["new_location"]:
             stack.append(Entry(e["new_location"], e["backfill_id"], e))
@@ -712,6 +785,41 @@ def orphan_versions(spark: SparkSession) -> list[dict]:
 # ------------------------------------------------------------------------------ rollback
 
 
+def _below(stack: Sequence[Entry], release_id: str) -> str | None:
+    """The location under ``release_id``'s entries at the top of ``stack`` (None: none)."""
+    index = len(stack) - 1
+    while index >= 0 and stack[index].release_id == release_id:
+        index -= 1
+    return stack[index].location if index >= 0 else None
+
+
+def _built_on(
+    spark: SparkSession,
+    release_id: str,
+    locations: set[str],
+    stacks: Mapping[tuple[str, str], Sequence[Entry]],
+) -> list[str]:
+    """Other releases still published somewhere that read any of ``locations`` as
+    published data (``audit.release_reads``): rolling back under them would leave them
+    built on data no longer published."""
+    if not locations:
+        return []
+    readers = {
+        r["release_id"]
+        for r in audit.read(spark, audit.RELEASE_READS)
+        .where(
+            (F.col("source") == SOURCE_PUBLISHED)
+            & F.col("location").isin(sorted(locations))
+            & (F.col("release_id") != release_id)
+        )
+        .select("release_id")
+        .distinct()
+        .collect()
+    }
+    live = {stack[-1].release_id for stack in stacks.values() if stack}
+    return sorted(readers & live)
+
+
 def rollback_release(
     spark: SparkSession,
     warehouse_dir: str,
@@ -745,9 +853,10 @@ def _rollback_release(
     run_id: str,
     manifest: Mapping[str, str | None],
 ) -> tuple[str, list[dict]]:
-    recover(spark, warehouse_dir)
+    recover(spark, warehouse_dir, locked_tables(layers))
     tables = [t for lay in layers for t in lay.tables]
-    stacks = history(ledger(spark, tables))
+    recorded = ledger(spark, tables)
+    stacks = history(recorded)
     if release_id is None:
         if hour is None:
             raise PublishError("name a release (--backfill ID) or an hour (--hour H)")
@@ -764,6 +873,13 @@ def _rollback_release(
         if any(entry.release_id == release_id for entry in stack)
     ]
     if not touched:
+        if any(
+            e["backfill_id"] == release_id and e["mode"] == PUBLISH and e["phase"] == COMMIT
+            for e in recorded
+        ):
+            raise PublishError(
+                f"release {release_id} is no longer published anywhere (rolled back)"
+            )
         raise PublishError(f"release {release_id} published nothing; nothing to roll back")
     on_top = [(key, stack) for key, stack in touched if stack[-1].release_id == release_id]
     later = sorted(
@@ -776,17 +892,24 @@ def _rollback_release(
             f"release {release_id} has been superseded in some partitions by "
             f"{', '.join(later)}; roll those back first"
         )
-    purged = audit.deleted(
-        spark, {stack[-2].location for _, stack in on_top if len(stack) > 1 and stack[-2].location}
-    )
-    if purged:
-        (table, hour_), stack = next(
-            (key, stack) for key, stack in on_top if len(stack) > 1 and stack[-2].location in purged
+    # What each hour goes back to: the newest entry below the release's own (a release
+    # published twice in an hour is rolled back as a whole, not to its first version).
+    restore = {key: _below(stack, release_id) for key, stack in on_top}
+    built_on = _built_on(spark, release_id, {stack[-1].location for _, stack in on_top}, stacks)
+    if built_on:
+        raise PublishError(
+            f"cannot roll back release {release_id}: release(s) {', '.join(built_on)} read "
+            f"what it published and are still published; roll those back first"
         )
-        gone = purged[stack[-2].location]
+    purged = audit.deleted(spark, {loc for loc in restore.values() if loc})
+    if purged:
+        (table, hour_), lost = next(
+            (key, loc) for key, loc in sorted(restore.items()) if loc in purged
+        )
+        gone = purged[lost]
         raise PublishError(
             f"cannot roll back release {release_id}: the version it would restore in {table} "
-            f"hour={hour_} (release {gone['release_id'] or '?'}, {stack[-2].location}) was "
+            f"hour={hour_} (release {gone['release_id'] or '?'}, {lost}) was "
             f"{deleted_by(gone)}; publish a new release of those hours instead"
         )
     manifest = {**manifest, "reason": manifest.get("reason") or f"rollback of {release_id}"}
@@ -799,7 +922,7 @@ def _rollback_release(
             run_id,
             version=None,
             previous_location=stack[-1].location,
-            new_location=stack[-2].location if len(stack) > 1 else None,
+            new_location=restore[(table, hour_)],
             row_count=None,
             checksum=None,
             code_version=None,

@@ -184,6 +184,7 @@ def swap_partitions(
     metastore: every hour of the table moves together. New partitions are one ``ADD`` of
     all of them, removed ones one ``DROP`` of all of them. No data is copied or deleted.
     """
+    table = ".".join(split_table(table))  # the ledger's name may reach SQL: validated
     drops = [hour for hour, previous, new in moves if new is None and previous is not None]
     adds = [(hour, new) for hour, previous, new in moves if new is not None and previous is None]
     relocations = {hour: new for hour, previous, new in moves if new and previous}

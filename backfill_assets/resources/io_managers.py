@@ -28,7 +28,7 @@ from pyspark.sql import functions as F
 from backfill_assets import tags
 from backfill_assets.partitions import parse_hour
 from backfill_assets.publishing import audit
-from backfill_assets.publishing.publisher import SOURCE_PUBLISHED, SOURCE_RELEASE
+from backfill_assets.publishing.publisher import SOURCE_EMPTY, SOURCE_PUBLISHED, SOURCE_RELEASE
 from backfill_assets.publishing.tables import (
     ensure_table,
     location,
@@ -328,7 +328,9 @@ class UpstreamView:
         rows = [
             (h, SOURCE_RELEASE, version, location)
             for h, (version, location) in self.candidates.items()
-        ] + [(h, SOURCE_PUBLISHED, None, location) for h, location in self.live.items()]
+        ]
+        rows += [(h, SOURCE_PUBLISHED, None, location) for h, location in self.live.items()]
+        rows += [(h, SOURCE_EMPTY, None, None) for h in self.empty]  # stale once published
         return [
             {
                 "release_id": self.release_id,

@@ -42,7 +42,7 @@ from backfill_assets.sensors.findings import (
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-_READ_FILE = re.compile(r"^raw/(date=[^/]+/hour=\d{2})/client_id=(\d+)/([^/]+)$")
+_READ_FILE = re.compile(r"raw/(date=[^/]+/hour=[0-9]{2})/client_id=([0-9]+)/([^/]+)")  # fullmatch
 ACTIVE_STATUSES = [
     dg.DagsterRunStatus.QUEUED,
     dg.DagsterRunStatus.NOT_STARTED,
@@ -225,7 +225,7 @@ def _read_files(
                 return None, code, erased  # not recorded, or cut short: compare counts only
             read: dict[str, dict[int, dict[str, str]]] = {}
             for entry in listed:
-                match = _READ_FILE.match(str(entry.get("file", "")))
+                match = _READ_FILE.fullmatch(str(entry.get("file", "")))
                 if match:
                     files = read.setdefault(match.group(1), {}).setdefault(int(match.group(2)), {})
                     files[match.group(3)] = str(entry.get("sha256"))

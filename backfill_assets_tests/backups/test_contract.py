@@ -127,6 +127,11 @@ def test_received_at_outside_the_folder_hour_is_valid_and_counted():
         (
             line({**V1, "received_at": "9999-12-31T23:59:59-23:59"}),
             contract.BAD_VALUE,
+            "offset -23:59 is not UTC",
+        ),
+        (
+            line({**V1, "received_at": "9999-12-31T23:59:59.999999Z"}),
+            contract.BAD_VALUE,
             "out of range",
         ),
         (line({**V1, "event_time": "\x00"}), contract.BAD_VALUE, "event_time"),
@@ -140,3 +145,55 @@ def test_received_at_outside_the_folder_hour_is_valid_and_counted():
 def test_every_line_gets_a_verdict_never_an_exception(raw: bytes, code: str, detail: str):
     text = reason(raw)
     assert text.startswith(code + ":") and detail in text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2026-11-20",  # a date without a time: fromisoformat read it as midnight
+        "20261120",
+        "2026-W47-5",
+        "2026-W47-5T03:15:42Z",
+        "2026-324T03:15:42Z",
+        "20261120T031542Z",
+        "20261120T031542.123Z",
+        "2026-11-20T03",
+        "2026-11-20T03:15",
+        "2026-11-20T03:15Z",
+        "2026-11-20 03:15:42Z",
+        "2026-11-20T03:15:42.Z",
+        "2026-11-20T03:15:42+0000",
+        "2026-11-20T03:15:42+00",
+        "2026-11-20T03:15:42+00:00:00",
+        "2026-11-20t03:15:42z",
+        "2026-11-20T03:15:42Z\n",
+        " 2026-11-20T03:15:42Z",
+        "\u0662\u0660\u0662\u0666-11-20T03:15:42Z",  # Arabic-Indic digits
+    ],
+)
+def test_a_timestamp_needs_a_date_and_a_time_to_the_second(text: str):
+    for base, name in ((V1, "event_time"), (V1, "received_at"), (V2, "received_at")):
+        detail = reason({**base, name: text})
+        assert detail.startswith(f"{contract.BAD_VALUE}: {name} is not an ISO-8601 UTC time")
+
+
+@pytest.mark.parametrize("text", ["2026-11-20T04:15:42+01:00", "2026-11-19T22:15:42.5-05:00"])
+def test_a_timestamp_with_another_zone_is_not_utc(text: str):
+    """The contract's timestamps are UTC strings: ``Z``, a zero offset, or no designator."""
+    offset = text[-6:]
+    assert f"offset {offset} is not UTC" in reason({**V1, "event_time": text})
+
+
+@pytest.mark.parametrize(
+    ("text", "ms"),
+    [
+        ("2026-11-20T03:15:42.123Z", 1795144542123),
+        ("2026-11-20T03:15:42.123", 1795144542123),  # naive means UTC
+        ("2026-11-20T03:15:42.123+00:00", 1795144542123),
+        ("2026-11-20T03:15:42.123-00:00", 1795144542123),
+        ("2026-11-20T03:15:42,123Z", 1795144542123),
+        ("2026-11-20T03:15:42Z", 1795144542000),
+    ],
+)
+def test_utc_timestamps_of_the_contract_are_accepted(text: str, ms: int):
+    assert parse_line(line({**V1, "event_time": text}), 7, HOUR).event_time_ms == ms

@@ -103,3 +103,140 @@ def test_reconcile_reports_the_stray_folder_instead_of_ignoring_it(
         assert f"raw/date={DAY}/hour=24: not an hour folder" in by_hour[hour]["detail"]
         assert not by_hour[hour]["actionable"]
     assert MISSING_HOUR not in {f["kind"] for f in found}
+
+
+# A name of the contract is ASCII digits and nothing after it: ``\d`` took ``hour=٠٣`` for
+# ``hour=03`` and ``$`` a name ending in a newline, so such folders were read by no hour
+# and named by none.
+@pytest.mark.parametrize("rel", [f"date={DAY}/hour=٠٣", f"date={DAY}/hour=03\n"])
+def test_an_hour_folder_in_other_digits_or_with_a_newline_is_stray(
+    tmp_path: Path, rel: str
+) -> None:
+    write_backup_folder(tmp_path, f"{DAY}T03", 1, {"part-00000.jsonl.zst": zst([LINE])})
+    _stray(tmp_path, rel)
+
+    inventory = take_inventory(LocalBackupStore(root=str(tmp_path)), [f"{DAY}T03"])
+
+    assert [p.split(": ")[0] for p in inventory[f"{DAY}T03"].stray] == [f"raw/{rel}"]
+
+
+@pytest.mark.parametrize("name", ["date=2026-11-20\n", "date=٢٠٢٦-١١-٢٠"])
+def test_a_date_folder_in_other_digits_or_with_a_newline_is_stray(
+    tmp_path: Path, name: str
+) -> None:
+    write_backup_folder(tmp_path, f"{DAY}T00", 1, {"part-00000.jsonl.zst": zst([LINE])})
+    _stray(tmp_path, f"{name}/hour=00")
+
+    inventory = take_inventory(LocalBackupStore(root=str(tmp_path)), [f"{DAY}T00"])
+
+    assert [p.split(": ")[0] for p in inventory[f"{DAY}T00"].stray] == [f"raw/{name}"]
+
+
+@pytest.mark.parametrize("entry", ["client_id=٧", "client_id=007", "client_id=7\n", "client_id="])
+def test_a_client_folder_not_in_canonical_digits_is_a_problem_of_its_hour(
+    tmp_path: Path, entry: str
+) -> None:
+    write_backup_folder(tmp_path, f"{DAY}T03", 1, {"part-00000.jsonl.zst": zst([LINE])})
+    folder = tmp_path / "raw" / f"date={DAY}" / "hour=03" / entry
+    folder.mkdir()
+    (folder / "part-00000.jsonl.zst").write_bytes(zst([LINE]))
+    hour = f"{DAY}T03"
+    inventory = take_inventory(LocalBackupStore(root=str(tmp_path)), [hour])[hour]
+
+    assert [f.client_id for f in inventory.folders] == [1]  # never read as client 7
+    expected = f"raw/date={DAY}/hour=03/{entry}: unexpected entry (not client_id=<int>"
+    assert [p for p in inventory.all_problems if p.startswith(expected)]
+    failing = check_reconcile({hour: inventory}, {(hour, 1): (1, 0)}, allowed_missing=set())
+    assert expected in failing[hour]
+
+
+@pytest.mark.parametrize("name", ["part-0000٠.jsonl.zst", "part-00000.jsonl.zst\n"])
+def test_a_part_file_name_in_other_digits_or_with_a_newline_is_unexpected(
+    tmp_path: Path, name: str
+) -> None:
+    folder = write_backup_folder(tmp_path, f"{DAY}T03", 1, {name: zst([LINE])})
+    inventory = take_inventory(LocalBackupStore(root=str(tmp_path)), [f"{DAY}T03"])
+
+    (only,) = inventory[f"{DAY}T03"].folders
+    assert only.files == ()
+    rel = f"raw/date={DAY}/hour=03/client_id=1"
+    assert f"{rel}/{name}: unexpected file in backup folder" in only.problems
+    assert f"{rel}/{name}: listed in the manifest but missing" in only.problems
+    assert folder.is_dir()
+
+
+def _manifest(folder: Path) -> dict:
+    return json.loads((folder / "_MANIFEST.json").read_text())
+
+
+def _rewrite_manifest(folder: Path, **changes: object) -> None:
+    body = _manifest(folder) | changes
+    (folder / "_MANIFEST.json").write_text(json.dumps(body))
+
+
+def test_a_file_listed_twice_in_the_manifest_is_a_problem_and_listed_once(tmp_path: Path) -> None:
+    hour = f"{DAY}T03"
+    folder = write_backup_folder(tmp_path, hour, 1, {"part-00000.jsonl.zst": zst([LINE])})
+    body = _manifest(folder)
+    _rewrite_manifest(folder, files=body["files"] * 2, records=2)
+
+    inventory = take_inventory(LocalBackupStore(root=str(tmp_path)), [hour])[hour]
+
+    (only,) = inventory.folders
+    assert [f.name for f in only.files] == ["part-00000.jsonl.zst"]
+    rel = f"raw/date={DAY}/hour=03/client_id=1"
+    problem = f"{rel}/part-00000.jsonl.zst: listed more than once in the manifest"
+    assert [p for p in only.problems if p.startswith(problem)]
+    # the one file's line is read once: the hour's reconciliation fails with that reason
+    failing = check_reconcile({hour: inventory}, {(hour, 1): (1, 0)}, allowed_missing=set())
+    assert problem in failing[hour]
+
+
+def test_a_manifest_digest_in_upper_case_is_the_files_digest(tmp_path: Path) -> None:
+    hour = f"{DAY}T03"
+    folder = write_backup_folder(tmp_path, hour, 1, {"part-00000.jsonl.zst": zst([LINE])})
+    body = _manifest(folder)
+    digest = body["files"][0]["sha256"]
+    _rewrite_manifest(folder, files=[body["files"][0] | {"sha256": digest.upper()}])
+
+    (only,) = take_inventory(LocalBackupStore(root=str(tmp_path)), [hour])[hour].folders
+
+    assert only.problems == ()
+    assert [f.sha256 for f in only.files] == [digest]
+
+
+@pytest.mark.parametrize(
+    ("change", "detail"),
+    [
+        ({"records": 1.0}, "records must be an integer >= 0"),
+        ({"records": 12.9}, "records must be an integer >= 0"),
+        ({"records": "1"}, "records must be an integer >= 0"),
+        ({"records": True}, "records must be an integer >= 0"),
+        ({"records": -1}, "records must be an integer >= 0"),
+        ({"file": {"records": "1"}}, "records must be an integer >= 0"),
+        ({"file": {"records": False}}, "records must be an integer >= 0"),
+        ({"file": {"sha256": "abc"}}, "is not 64 hex digits"),
+        ({"file": {"sha256": "g" * 64}}, "is not 64 hex digits"),
+        ({"file": {"sha256": None}}, "is not 64 hex digits"),
+    ],
+)
+def test_a_malformed_manifest_value_is_a_problem_naming_the_folder(
+    tmp_path: Path, change: dict, detail: str
+) -> None:
+    hour = f"{DAY}T03"
+    folder = write_backup_folder(tmp_path, hour, 1, {"part-00000.jsonl.zst": zst([LINE])})
+    body = _manifest(folder)
+    if "file" in change:
+        _rewrite_manifest(folder, files=[body["files"][0] | change["file"]])
+    else:
+        _rewrite_manifest(folder, **change)
+
+    inventory = take_inventory(LocalBackupStore(root=str(tmp_path)), [hour])[hour]
+
+    (only,) = inventory.folders
+    assert (only.records, only.files) == (None, ())
+    rel = f"raw/date={DAY}/hour=03/client_id=1"
+    (problem,) = only.problems
+    assert problem.startswith(f"{rel}/_MANIFEST.json: malformed manifest") and detail in problem
+    failing = check_reconcile({hour: inventory}, {(hour, 1): (1, 0)}, allowed_missing=set())
+    assert problem in failing[hour]

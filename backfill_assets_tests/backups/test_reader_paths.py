@@ -4,6 +4,8 @@ within Spark's own, the undecided lines judged on the driver or in a Python work
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import sys
 from pathlib import Path
 
@@ -77,3 +79,25 @@ def test_undecided_lines_get_the_same_rows_on_the_driver_and_in_a_worker(spark, 
         "c",
     )
     assert judged.where(F.col("reason") == UNDECIDED).count() > 10
+
+
+def test_a_file_listed_twice_is_read_once_by_both_readers(spark, tmp_path: Path):
+    """A manifest listing a part file twice is the inventory's problem; neither reader reads
+    the file twice (nor joins its lines against two expected rows)."""
+    lines = edge_lines()[:40]
+    folder = write_backup_folder(tmp_path, HOUR, CLIENT_ID, {"part-00000.jsonl.zst": zst(lines)})
+    manifest = json.loads((folder / "_MANIFEST.json").read_text())
+    manifest["files"] *= 2
+    manifest["records"] *= 2
+    (folder / "_MANIFEST.json").write_text(json.dumps(manifest))
+    store = LocalBackupStore(root=str(tmp_path))
+    (inventory,) = take_inventory(store, [HOUR]).values()
+    assert any("listed more than once in the manifest" in p for p in inventory.all_problems)
+    # and a folder handed to the readers with the entry twice (the readers' own guard)
+    (listed,) = inventory.folders
+    doubled = dataclasses.replace(listed, files=listed.files * 2)
+    for reading in (store, FetchingStore(root=str(tmp_path))):
+        for folders in ([listed], [doubled]):
+            with read_folders(spark, reading, folders) as rows:
+                numbers = sorted(r.line_number for r in rows.select("line_number").collect())
+            assert numbers == list(range(1, len(lines) + 1)), type(reading).__name__

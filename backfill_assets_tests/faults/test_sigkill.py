@@ -56,7 +56,7 @@ def build(instance, first, last, publish):
 
 
 def inspect(spark):
-    settled = publisher.recover(spark, settings.warehouse_dir)
+    settled = publisher.recover(spark, settings.warehouse_dir, tables)
     tops = {{
         f"{{t}}/{{h}}": s[-1].release_id
         for (t, h), s in publisher.history(publisher.ledger(spark, tables)).items() if s
