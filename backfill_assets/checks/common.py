@@ -167,6 +167,23 @@ def version_to_check(
     return newest[0], [h for h in written_hours(spark, table, newest[0]) if h in wanted], ""
 
 
+def release_of(
+    context: dg.AssetCheckExecutionContext, spark: SparkSession, table: str, version: str
+) -> str:
+    """The release whose candidate ``version`` is: this run's when it wrote it, else the
+    one ``audit.shadow_partitions`` records (a check launched alone re-checks another
+    run's version, against what that run's release read)."""
+    if version == context.run.run_id:
+        return tags.release_id(context.run.tags, context.run.run_id)
+    row = (
+        audit.read(spark, audit.SHADOW_PARTITIONS)
+        .where((F.col("table_name") == table) & (F.col("version") == run_id(version)))
+        .select("release_id")
+        .first()
+    )
+    return (row["release_id"] if row else None) or version
+
+
 def written_hours(spark: SparkSession, table: str, version: str) -> list[str]:
     """Hours of ``table`` that run ``version`` wrote (from ``audit.shadow_partitions``)."""
     rows = (

@@ -13,7 +13,6 @@ import dagster as dg
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from backfill_assets import tags
 from backfill_assets.checks import common, rules
 from backfill_assets.checks.schemas import TransformedPayloadSchema
 from backfill_assets.layers.raw import SHADOW_PAYLOADS as RAW_SHADOW
@@ -185,7 +184,7 @@ def transformed_checks(context: dg.AssetCheckExecutionContext, warehouse: Wareho
         LAYER_RAW_SHADOW,
         SOURCE_TABLE,
         hours,
-        tags.release_id(context.run.tags, context.run.run_id),
+        common.release_of(context, spark, table, version),
     ).frame
     transformed_digests = {
         hour: (report.group_rows[(hour,)], id_digest(values))

@@ -15,15 +15,18 @@ from backfill_assets.layers.raw import (
     ROW_RULES,
     SHADOW_PAYLOADS,
 )
+from backfill_assets.layers.transformed import RAW_RECONCILIATION
+from backfill_assets.layers.transformed import ROW_RULES as TRANSFORMED_ROW_RULES
+from backfill_assets.layers.transformed import SHADOW_PAYLOADS as TRANSFORMED
 from backfill_assets.publishing import audit
 
 FIRST, LAST = "2026-11-20T00", "2026-11-20T01"
 CHECKS = {dg.AssetCheckKey(SHADOW_PAYLOADS, name) for name in (ROW_RULES, MANIFEST_RECONCILIATION)}
 
 
-def check_alone(defs: dg.Definitions, instance, first: str | None, last: str | None):
+def check_alone(defs: dg.Definitions, instance, first: str | None, last: str | None, checks=CHECKS):
     job = defs.resolve_implicit_global_asset_job_def().get_subset(
-        asset_selection=set(), asset_check_selection=CHECKS
+        asset_selection=set(), asset_check_selection=checks
     )
     run_tags = (
         {"dagster/asset_partition_range_start": first, "dagster/asset_partition_range_end": last}
@@ -88,6 +91,27 @@ def test_a_check_alone_rechecks_the_newest_version_of_its_hours(
             assert evaluation.description.startswith("not evaluated: ") and why in (
                 evaluation.description
             )
+
+
+def test_a_transformed_check_alone_reconciles_with_the_raw_of_the_version_s_release(
+    spark, run_release, make_backups, instance, settings_for
+):
+    """Re-checked alone (nothing published yet), the transformed candidate is compared with
+    the raw candidates its own release built it from, not with published raw (none)."""
+    tree = make_backups(hours=2)
+    dry = run_release(
+        tree, FIRST, LAST, layers=("raw", "transformed"), downstream=False, publish=False
+    )
+    assert dry.success, dry.failures
+    defs = build_definitions(settings_for(tree))
+    checks = {dg.AssetCheckKey(TRANSFORMED, n) for n in (TRANSFORMED_ROW_RULES, RAW_RECONCILIATION)}
+
+    _, evaluations = check_alone(defs, instance, FIRST, LAST, checks)
+
+    assert sorted((e.check_name, e.partition) for e in evaluations) == sorted(
+        (n, h) for n in (TRANSFORMED_ROW_RULES, RAW_RECONCILIATION) for h in (FIRST, LAST)
+    )
+    assert all(e.passed for e in evaluations), [e.description for e in evaluations]
 
 
 def test_the_release_gate_alone_reverifies_the_live_versions_from_the_ledger(
