@@ -12,14 +12,22 @@ they removed.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from backfill_assets import faults
 from backfill_assets.checks import common
 from backfill_assets.layers.registry import LAYERS
 from backfill_assets.publishing import audit, publisher
-from backfill_assets.publishing.tables import ensure_table, partition_locations, partition_spec
+from backfill_assets.publishing.tables import (
+    ensure_table,
+    partition_locations,
+    partition_spec,
+    table_exists,
+)
 from backfill_assets.resources.io_managers import qualify
 
 RAW, TRANSFORMED, AGGREGATED = LAYERS["raw"], LAYERS["transformed"], LAYERS["aggregated"]
@@ -41,17 +49,19 @@ def wh(warehouse, base_settings) -> str:
 
 def write(spark, wh: str, table: str, version: str, release: str) -> str:
     """One shadow partition of ``table`` at HOUR, registered and recorded like the IO
-    manager's; returns its location."""
+    manager's; returns its location. The three rows' file is written with pyarrow (no Spark
+    job: these tests are about the ledger, not the write)."""
     root = f"{wh}/shadow/{table.split('.')[1]}"
-    rows = spark.createDataFrame(
-        [(f"p{i}", 1, f"u{i}", 1, HOUR, version) for i in range(3)], SCHEMA
-    )
-    ensure_table(spark, table, rows.schema, ["hour", "version"], root)
+    if not table_exists(spark, table):
+        ensure_table(
+            spark, table, spark.createDataFrame([], SCHEMA).schema, ["hour", "version"], root
+        )
     path = f"{root}/version={version}/hour={HOUR}"
-    rows.drop("hour", "version").write.mode("overwrite").parquet(path)
+    Path(path).mkdir(parents=True)
+    rows = {"payload_id": ["p0", "p1", "p2"], "client_id": [1, 1, 1], "user_id": ["u0", "u1", "u2"]}
+    pq.write_table(pa.table({**rows, "payload_count": [1, 1, 1]}), f"{path}/part-0.parquet")
     spark.sql(
-        f"ALTER TABLE {table} ADD IF NOT EXISTS PARTITION ({partition_spec(HOUR, version)}) "
-        f"LOCATION '{path}'"
+        f"ALTER TABLE {table} ADD PARTITION ({partition_spec(HOUR, version)}) LOCATION '{path}'"
     )
     record = {
         "table_name": table,
