@@ -86,18 +86,18 @@ def run_verify(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     spark = spark_session(settings)
     layers = list(LAYERS.values())
+    tables = publisher.published_tables(layers)
     # Every layer's publish lock while settling: a pending transaction of a layer another
     # run is publishing is that run's, between two swaps, not a crashed one.
     with release_locks(
         settings.warehouse_dir, [layer.name for layer in layers], f"verify (pid {os.getpid()})"
     ):
-        settled = publisher.recover(spark, settings.warehouse_dir, publisher.locked_tables(layers))
+        settled = publisher.recover(spark, settings.warehouse_dir, tables)
     for e in settled:
         print(
             f"settled crashed transaction {e['txn_id']}: {e['table_name']} hour={e['hour']} "
             f"{e['phase']}"
         )
-    tables = [t for layer in LAYERS.values() for t in layer.tables]
     problems = publisher.verify(spark, tables)
     for problem in problems:
         print(f"DISAGREES: {problem}")

@@ -176,11 +176,11 @@ def purge(
     One job per shadow table that names users (whatever the number of versions), one
     listing per published table."""
     with release_locks(warehouse_dir, [layer.name for layer in layers], run_id):
-        publisher.recover(spark, warehouse_dir, publisher.locked_tables(layers))
+        published = publisher.published_tables(layers)
+        publisher.recover(spark, warehouse_dir, published)
         wanted = digests(spark)
         if not wanted:
             return [], []
-        published = [table for layer in layers for table in layer.tables]
         live = {
             loc: (table, hour)
             for table in published

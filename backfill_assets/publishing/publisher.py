@@ -303,9 +303,9 @@ def lock_names(layers: Sequence[Layer]) -> list[str]:
     )
 
 
-def locked_tables(layers: Sequence[Layer]) -> list[str]:
-    """The published tables of ``layers``: those whose pending transactions a caller holding
-    their locks may settle (``recover``)."""
+def published_tables(layers: Sequence[Layer]) -> list[str]:
+    """The published tables of ``layers`` (a caller holding their locks may settle their
+    pending transactions: ``recover``)."""
     return [table for layer in layers for table in layer.tables]
 
 
@@ -330,7 +330,7 @@ def plan_release(
     candidates = release_candidates(spark, release_id, shadows)
     versions = {row["version"] for row in candidates.values()}
     checks = _check_outcomes(spark, [layer.checked_table for layer in layers], versions)
-    current = {t: partition_locations(spark, t) for layer in layers for t in layer.tables}
+    current = {t: partition_locations(spark, t) for t in published_tables(layers)}
     written = _written(spark, {loc for locs in current.values() for loc in locs.values() if loc})
     published_of = {shadow: published for layer in layers for shadow, published in layer.pairs}
     measured = _gate_measures(spark, candidates, current, published_of, written)
@@ -578,7 +578,7 @@ def _publish_release(
     limits: gates.Limits | None,
     approve: Approval | None,
 ) -> ReleasePlan:
-    recover(spark, warehouse_dir, locked_tables(layers))
+    recover(spark, warehouse_dir, published_tables(layers))
     for layer in layers:
         for shadow, published in layer.pairs:
             if table_exists(spark, shadow):
@@ -853,8 +853,8 @@ def _rollback_release(
     run_id: str,
     manifest: Mapping[str, str | None],
 ) -> tuple[str, list[dict]]:
-    recover(spark, warehouse_dir, locked_tables(layers))
-    tables = [t for lay in layers for t in lay.tables]
+    tables = published_tables(layers)
+    recover(spark, warehouse_dir, tables)
     recorded = ledger(spark, tables)
     stacks = history(recorded)
     if release_id is None:

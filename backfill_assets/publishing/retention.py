@@ -65,7 +65,7 @@ def plan(
     if rollback_depth < 0 or max_age < timedelta(0):
         raise ValueError("rollback depth and maximum age must not be negative")
     shadows = [shadow for layer in layers for shadow, _ in layer.pairs]
-    published = [table for layer in layers for table in layer.tables]
+    published = publisher.published_tables(layers)
     events = publisher.ledger(spark, published)
     keep: set[str] = set()
     beneath: dict[str, int] = {}  # superseded location -> versions published above it
@@ -144,7 +144,7 @@ def vacuum(
     publish or rollback moves a pointer meanwhile; returns what was (or would be) deleted."""
     with release_locks(warehouse_dir, [layer.name for layer in layers], run_id):
         publisher.recover(
-            spark, warehouse_dir, publisher.locked_tables(layers)
+            spark, warehouse_dir, publisher.published_tables(layers)
         )  # settle a crashed transaction first
         deletions = plan(spark, layers, max_age=max_age, rollback_depth=rollback_depth, now=now)
         if not dry_run:

@@ -32,7 +32,7 @@ from backfill_assets.resources.io_managers import qualify
 
 RAW, TRANSFORMED, AGGREGATED = LAYERS["raw"], LAYERS["transformed"], LAYERS["aggregated"]
 ALL = [RAW, TRANSFORMED, AGGREGATED]
-TABLES = publisher.locked_tables(ALL)
+TABLES = publisher.published_tables(ALL)
 HOUR = "2026-11-20T03"
 MANIFEST = {"reason": "test", "requested_by": "test", "mode": "backfill"}
 # the columns the change gates measure, whatever the table
@@ -153,7 +153,7 @@ def test_recovery_leaves_alone_a_transaction_of_layers_it_does_not_hold(spark, w
     def recovery_in_between(name: str) -> None:
         if name == f"{faults.PUBLISH_SWAP}.0":  # the first table swapped, the rest not yet
             settled_meanwhile.extend(
-                publisher.recover(spark, wh, publisher.locked_tables([AGGREGATED]))
+                publisher.recover(spark, wh, publisher.published_tables([AGGREGATED]))
             )
         checkpoint(name)
 
