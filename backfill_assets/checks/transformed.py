@@ -3,8 +3,8 @@ with the raw payloads it was built from (the release's raw candidates, else the 
 ones): one row per distinct raw payload id of the hour, no more.
 
 Spark work: the rules and the transformed ids' digests in one aggregation over the
-transformed rows; the distinct raw ids' digests in one more; the exact per-id comparison
-(duplicated, missing and extra ids) only for the hours whose digests differ.
+transformed rows; the distinct raw ids' digests in one more (of their hashes); the exact
+per-id comparison (duplicated, missing and extra ids) only for the hours whose digests differ.
 """
 
 from collections.abc import Mapping
@@ -73,12 +73,18 @@ NO_COUNTS = {
 }
 
 
-def id_digest_columns() -> dict[str, Column]:
-    """Aggregates of a frame with ``payload_id``: the digest of its ids (``id_digest``)."""
+def id_digest_columns(hashed: bool = False) -> dict[str, Column]:
+    """Aggregates of a frame with ``payload_id``: the digest of its ids (``id_digest``).
+    ``hashed``: of a frame whose columns are already the ids' hashes (``id_hashes``)."""
     columns: dict[str, Column] = {}
-    for name, hashed in _ID_HASHES.items():
-        columns.update(exact_sum(hashed(), name))
+    for name, hash_of in _ID_HASHES.items():
+        columns.update(exact_sum(F.col(name) if hashed else hash_of(), name))
     return columns
+
+
+def id_hashes(df: DataFrame) -> DataFrame:
+    """``hour`` and the two hashes of each row's ``payload_id``, named as in ``_ID_HASHES``."""
+    return df.select("hour", *[hash_of().alias(name) for name, hash_of in _ID_HASHES.items()])
 
 
 def id_digest(values: Mapping) -> tuple[int, ...]:
@@ -86,13 +92,14 @@ def id_digest(values: Mapping) -> tuple[int, ...]:
     return tuple(summed(values, name) for name in _ID_HASHES)
 
 
-def id_digests(df: DataFrame) -> dict[str, tuple[int, tuple[int, ...]]]:
-    """Per hour: the rows of ``df`` (with ``payload_id``), and the digest of their ids."""
+def id_digests(df: DataFrame, hashed: bool = False) -> dict[str, tuple[int, tuple[int, ...]]]:
+    """Per hour: the rows of ``df`` (with ``payload_id``, or its ``id_hashes`` if
+    ``hashed``), and the digest of their ids."""
     rows = (
         df.groupBy("hour")
         .agg(
             F.count(F.lit(1)).alias("ids"),
-            *[c.alias(n) for n, c in id_digest_columns().items()],
+            *[c.alias(n) for n, c in id_digest_columns(hashed).items()],
         )
         .collect()
     )
@@ -110,7 +117,10 @@ def reconcile_by_digest(
     exactly once (no id duplicated, missing or extra); the other hours get the exact
     per-id comparison (one Spark job over them only). ``transformed_digests``: the
     transformed rows' ``id_digests`` (the rule check computes them in its own scan)."""
-    raw_digests = id_digests(raw.select("hour", "payload_id").distinct())
+    # The distinct raw ids of an hour as distinct pairs of their hashes: two longs a row
+    # to shuffle instead of the id's text (ids whose both hashes collide count once, with
+    # the probability the digest already accepts).
+    raw_digests = id_digests(id_hashes(raw).distinct(), hashed=True)
     counts: dict[str, dict[str, int]] = {}
     differing = []
     for hour in hours:
