@@ -199,6 +199,33 @@ def _reads(spark: SparkSession, release_id: str) -> list[dict]:
     return [r.asDict() for r in rows.collect()]
 
 
+def _moved_since_read(spark: SparkSession, reads: Sequence[dict]) -> dict[int, object]:
+    """Of ``reads`` (of published or empty hours), those whose published pointer the ledger
+    records moving after the read (``id(read)`` -> when): a build reads its published
+    upstream when its Spark job runs, after it listed the location, so a publish there
+    in between is stale even if a rollback put the pointer back since. One Spark action
+    (none without such reads). The times are the hosts' clocks (the build's, the
+    publisher's): keep them synchronized (NTP)."""
+    if not reads:
+        return {}
+    tables = sorted({r["upstream_table"] for r in reads})
+    hours = sorted({r["hour"] for r in reads})
+    rows = (
+        audit.read(spark, audit.PUBLICATIONS)
+        .where(F.col("table_name").isin(tables) & F.col("hour").isin(hours))
+        .groupBy("table_name", "hour")
+        .agg(F.max("recorded_at").alias("last"))
+        .collect()
+    )
+    last = {(r["table_name"], r["hour"]): r["last"] for r in rows}
+    moved = {}
+    for r in reads:
+        when = last.get((r["upstream_table"], r["hour"]))
+        if when is not None and r["read_at"] is not None and when > r["read_at"]:
+            moved[id(r)] = when
+    return moved
+
+
 def _written(spark: SparkSession, locations: set[str]) -> dict[str, dict]:
     """Location -> its ``audit.shadow_partitions`` row (version, row count ...)."""
     if not locations:
@@ -348,13 +375,17 @@ def plan_release(
         for t in sorted({r["upstream_table"] for r in outside})
         if t in current or table_exists(spark, t)
     }
+    moved = _moved_since_read(spark, outside)
     stale = sorted(
         {
             f"{r['upstream_table']} {r['hour']} (read "
             f"{'as empty' if r['source'] == SOURCE_EMPTY else 'at ' + r['location']}, now "
-            f"{upstream_now.get(r['upstream_table'], {}).get(r['hour'])})"
+            f"{upstream_now.get(r['upstream_table'], {}).get(r['hour'])}"
+            + (f"; republished or rolled back at {moved[id(r)]}" if id(r) in moved else "")
+            + ")"
             for r in outside
             if upstream_now.get(r["upstream_table"], {}).get(r["hour"]) != r["location"]
+            or id(r) in moved
         }
     )
     # (reader, upstream, hour) -> the upstream versions of the release it read there

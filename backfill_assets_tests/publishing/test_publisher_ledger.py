@@ -4,9 +4,9 @@ checks write them, so each rule is driven to its edge in a few Spark jobs.
 
 Each scenario came from a review: a recovery that settled another run's transaction in
 flight, a downstream hour built on a superseded upstream version, a stale published read
-missed when only the downstream layer is published, an older build published over a newer
-one, and rollbacks that stepped back one version only or left a later release built on what
-they removed.
+missed when only the downstream layer is published (or republished and rolled back since it
+was read), an older build published over a newer one, and rollbacks that stepped back one
+version only or left a later release built on what they removed.
 """
 
 from __future__ import annotations
@@ -211,6 +211,24 @@ def test_a_stale_published_read_refuses_a_downstream_only_publish(spark, wh):
     for layers in (ALL, [AGGREGATED]):
         with pytest.raises(publisher.PublishError, match="read published data that has changed"):
             publish(spark, wh, "r2", layers)
+    assert live(spark)["aggregated.sessions"] == "v0"
+
+
+def test_a_published_read_republished_and_rolled_back_since_is_stale(spark, wh):
+    """The build reads its published upstream lazily, after it recorded the location: a
+    publish there in between may have been read even if a rollback put it back since."""
+    full_release(spark, wh, "r0", "v0")
+    publish(spark, wh, "r0")
+    build(spark, wh, AGGREGATED, "v2", "r2")
+    read_at = partition_locations(spark, "transformed.payloads")[HOUR]
+    read(spark, wh, "r2", AGGREGATED, TRANSFORMED, publisher.SOURCE_PUBLISHED, None, read_at)
+    full_release(spark, wh, "r3", "v3")
+    publish(spark, wh, "r3", [RAW, TRANSFORMED])
+    rollback(spark, wh, "r3")
+    assert partition_locations(spark, "transformed.payloads")[HOUR] == read_at  # back
+
+    with pytest.raises(publisher.PublishError, match="republished or rolled back at"):
+        publish(spark, wh, "r2", [AGGREGATED])
     assert live(spark)["aggregated.sessions"] == "v0"
 
 
