@@ -186,8 +186,10 @@ def validate(record: object, client_id: int, hour_start_ms: int) -> Payload:
         raise Rejected(
             BAD_VALUE, f"page_url is not a valid URL ({exc}): {page_url!r}"[:200]
         ) from None
-    if parts.scheme.lower() not in ("http", "https") or not parts.netloc:
-        raise Rejected(BAD_VALUE, f"page_url is not an absolute http(s) URL: {page_url!r}"[:200])
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:  # "http://@:80/"
+        raise Rejected(
+            BAD_VALUE, f"page_url is not an absolute http(s) URL with a host: {page_url!r}"[:200]
+        )
     if not _is_unicode(page_url):  # type: ignore[arg-type]
         raise Rejected(BAD_VALUE, f"page_url holds a lone surrogate: {page_url!r}"[:200])
     if record_client != client_id:

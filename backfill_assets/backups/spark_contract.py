@@ -31,7 +31,8 @@ few valid but unusual ones: the lenient cases above; a timestamp not of the form
 ``YYYY-MM-DDTHH:MM:SS[.f{1,6}][Z]`` (the reference accepts a few more: ``+00:00``, a
 comma, 7+ fraction digits); a
 ``page_url`` whose host has brackets or non-ASCII characters (``urlsplit``'s IPv6 and NFKC
-checks) or that holds tab/CR/LF or control characters before the host; a v1 line whose
+checks), that holds tab/CR/LF or control characters before the host, or a user name (the
+reference requires a host after it); a v1 line whose
 ignored ``event_time_ms`` is not an integer.
 
 ``backfill_assets_tests/backups/test_spark_contract.py`` runs both on a generated corpus
@@ -53,10 +54,13 @@ _JSON_WS = "[ \\t\\r\\n]*"
 # form (a zero offset, a comma, a date without a time, ...) is left to contract.parse_iso_ms.
 _ISO = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?Z?\z"
 # An absolute http(s) URL whose host part is ASCII without brackets: urlsplit accepts it
-# without any of its checks applying (netloc chars: ASCII except \t \n \r # / ? [ ]).
+# without any of its checks applying (netloc chars: ASCII except \t \n \r # / ? [ ]), and
+# its hostname is not empty: no userinfo (no "@": such a URL is left to the reference) and
+# a first character that is not the port's ":".
 _URL_OK = (
-    r"^[Hh][Tt][Tt][Pp][Ss]?://[\x00-\x08\x0b\x0c\x0e-\x22\x24-\x2e\x30-\x3e\x40-\x5a"
-    r"\x5c\x5e-\x7f]+([/?#][^\t\r\n]*)?\z"
+    r"^[Hh][Tt][Tt][Pp][Ss]?://[\x00-\x08\x0b\x0c\x0e-\x22\x24-\x2e\x30-\x39\x3b-\x3e"
+    r"\x41-\x5a\x5c\x5e-\x7f][\x00-\x08\x0b\x0c\x0e-\x22\x24-\x2e\x30-\x3e\x41-\x5a"
+    r"\x5c\x5e-\x7f]*([/?#][^\t\r\n]*)?\z"
 )
 
 

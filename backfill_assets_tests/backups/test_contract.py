@@ -79,6 +79,7 @@ def test_undecodable_lines(raw: bytes, code: str):
         ({"schema_version": "1"}, contract.WRONG_TYPE, "schema_version"),
         ({"event_time": "yesterday"}, contract.BAD_VALUE, "event_time"),
         ({"page_url": "/relative"}, contract.BAD_VALUE, "page_url"),
+        ({"page_url": "http://@:80/"}, contract.BAD_VALUE, "with a host"),
         ({"client_id": 8}, contract.CLIENT_MISMATCH, "client_id 8"),
     ],
 )
