@@ -199,31 +199,26 @@ def _reads(spark: SparkSession, release_id: str) -> list[dict]:
     return [r.asDict() for r in rows.collect()]
 
 
-def _moved_since_read(spark: SparkSession, reads: Sequence[dict]) -> dict[int, object]:
-    """Of ``reads`` (of published or empty hours), those whose published pointer the ledger
-    records moving after the read (``id(read)`` -> when): a build reads its published
-    upstream when its Spark job runs, after it listed the location, so a publish there
-    in between is stale even if a rollback put the pointer back since. One Spark action
-    (none without such reads). The times are the hosts' clocks (the build's, the
+def _last_moves(spark: SparkSession, reads: Sequence[dict]) -> dict[tuple[str, str], object]:
+    """(table, hour) -> when the ledger last records its published pointer moving (a
+    publish, rollback or recovery), for the tables and hours of ``reads``: a build reads
+    its published upstream when its Spark job runs, after it listed the location, so a
+    move after the read is stale even if a rollback put the pointer back since. One Spark
+    action (none without reads). The times are the hosts' clocks (the build's, the
     publisher's): keep them synchronized (NTP)."""
     if not reads:
         return {}
-    tables = sorted({r["upstream_table"] for r in reads})
-    hours = sorted({r["hour"] for r in reads})
     rows = (
         audit.read(spark, audit.PUBLICATIONS)
-        .where(F.col("table_name").isin(tables) & F.col("hour").isin(hours))
+        .where(
+            F.col("table_name").isin(sorted({r["upstream_table"] for r in reads}))
+            & F.col("hour").isin(sorted({r["hour"] for r in reads}))
+        )
         .groupBy("table_name", "hour")
         .agg(F.max("recorded_at").alias("last"))
         .collect()
     )
-    last = {(r["table_name"], r["hour"]): r["last"] for r in rows}
-    moved = {}
-    for r in reads:
-        when = last.get((r["upstream_table"], r["hour"]))
-        if when is not None and r["read_at"] is not None and when > r["read_at"]:
-            moved[id(r)] = when
-    return moved
+    return {(r["table_name"], r["hour"]): r["last"] for r in rows}
 
 
 def _written(spark: SparkSession, locations: set[str]) -> dict[str, dict]:
@@ -375,17 +370,23 @@ def plan_release(
         for t in sorted({r["upstream_table"] for r in outside})
         if t in current or table_exists(spark, t)
     }
-    moved = _moved_since_read(spark, outside)
+    last_moves = _last_moves(spark, outside)
+
+    def moved_since(read: dict):
+        """When the pointer the build read last moved, if after the read (else None)."""
+        when = last_moves.get((read["upstream_table"], read["hour"]))
+        return when if when is not None and read["read_at"] and when > read["read_at"] else None
+
     stale = sorted(
         {
             f"{r['upstream_table']} {r['hour']} (read "
             f"{'as empty' if r['source'] == SOURCE_EMPTY else 'at ' + r['location']}, now "
             f"{upstream_now.get(r['upstream_table'], {}).get(r['hour'])}"
-            + (f"; republished or rolled back at {moved[id(r)]}" if id(r) in moved else "")
+            + (f"; republished or rolled back at {moved_since(r)}" if moved_since(r) else "")
             + ")"
             for r in outside
             if upstream_now.get(r["upstream_table"], {}).get(r["hour"]) != r["location"]
-            or id(r) in moved
+            or moved_since(r)
         }
     )
     # (reader, upstream, hour) -> the upstream versions of the release it read there

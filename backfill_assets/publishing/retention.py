@@ -143,9 +143,8 @@ def vacuum(
     """Plan and (unless ``dry_run``) delete, holding every layer's publish lock so no
     publish or rollback moves a pointer meanwhile; returns what was (or would be) deleted."""
     with release_locks(warehouse_dir, [layer.name for layer in layers], run_id):
-        publisher.recover(
-            spark, warehouse_dir, publisher.published_tables(layers)
-        )  # settle a crashed transaction first
+        # settle a crashed transaction first
+        publisher.recover(spark, warehouse_dir, publisher.published_tables(layers))
         deletions = plan(spark, layers, max_age=max_age, rollback_depth=rollback_depth, now=now)
         if not dry_run:
             delete(spark, warehouse_dir, deletions, run_id=run_id)
