@@ -3,10 +3,12 @@
 The pandera ``DataFrameModel`` is the single declaration of the rules. pandera's PySpark
 backend validates the schema (columns, types: no Spark action); the data rules it
 declares (nullability, ``isin``, ``ge``, ``str_length``, the model's ``row_rules``) are
-translated into Spark predicates and counted in ONE grouped aggregation over the range,
-so a check costs one Spark job however many rules and hours there are, and names the
-failing hours and rules. (pandera's own data validation runs one job per rule and does
-not attribute failures to partitions; ``test_rules`` shows both verdicts agree.)
+translated into Spark predicates, and ONE grouped aggregation over the range counts the
+rows that break any of them, so a clean range costs one Spark job however many rules and
+hours there are. Only when rows break a rule does a second aggregation, over those rows,
+count the violations per hour and rule (and a third fetch examples). (pandera's own data
+validation runs one job per rule and does not attribute failures to partitions;
+``test_rules`` shows both verdicts agree.)
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ def _violation(column: str, check_name: str, stats: dict) -> Column:
     if check_name == "less_than_or_equal_to":
         return c > F.lit(stats["max_value"])
     if check_name == "str_length":
+        if stats.get("min_value") == 1 and stats.get("max_value") is None:
+            return c == F.lit("")  # the same verdict without counting every string's characters
         length = F.length(c)
         low = length < stats["min_value"] if stats.get("min_value") is not None else F.lit(False)
         high = length > stats["max_value"] if stats.get("max_value") is not None else F.lit(False)
@@ -82,6 +86,20 @@ def violation_predicates(model: type) -> dict[str, Column]:
     return predicates
 
 
+def _violations(broken: DataFrame, predicates: dict[str, Column]) -> dict[str, dict[str, int]]:
+    """Hour -> {rule: violations} over the rows that break a rule (one aggregation)."""
+    names = list(predicates)
+    counts = (
+        broken.groupBy("hour")
+        .agg(*[F.count(F.when(p, 1)).alias(f"r{i}") for i, p in enumerate(predicates.values())])
+        .collect()
+    )
+    return {
+        row["hour"]: {names[i]: int(row[f"r{i}"]) for i in range(len(names)) if row[f"r{i}"]}
+        for row in sorted(counts, key=lambda r: r["hour"])
+    }
+
+
 def evaluate(
     df: DataFrame,
     model: type,
@@ -104,14 +122,11 @@ def evaluate(
     with config_context(validation_depth=ValidationDepth.SCHEMA_ONLY):
         errors = dict(structure.validate(df.limit(0)).pandera.errors or {})
     predicates = violation_predicates(model) if not errors else {}
-    names = list(predicates)
+    any_violation = reduce(lambda a, b: a | b, predicates.values(), F.lit(False))
     groups = (
         df.groupBy("hour", *by)
         .agg(
-            *[
-                F.sum(F.when(p, 1).otherwise(0)).alias(f"r{i}")
-                for i, p in enumerate(predicates.values())
-            ],
+            F.count(F.when(any_violation, 1)).alias("broken"),
             F.count(F.lit(1)).alias("rows"),
             *[column.alias(f"x{i}") for i, column in enumerate(extra.values())],
         )
@@ -125,11 +140,8 @@ def evaluate(
     }
     hours = sorted({r["hour"] for r in groups})
     failing: dict[str, dict[str, int]] = {}
-    for row in groups:
-        for i in range(len(names)):
-            if row[f"r{i}"]:
-                rules = failing.setdefault(row["hour"], {})
-                rules[names[i]] = rules.get(names[i], 0) + int(row[f"r{i}"])
+    if any(row["broken"] for row in groups):
+        failing = _violations(df.where(any_violation), predicates)
     if errors:
         # A schema-level failure (missing column, wrong type) breaks every hour.
         failing = {h: {"schema": 1} for h in hours}
@@ -139,7 +151,6 @@ def evaluate(
         )
     examples = []
     if predicates:
-        any_violation = reduce(lambda a, b: a | b, predicates.values())
         examples = [
             r.asDict() for r in df.where(any_violation).select(*example_columns).limit(5).collect()
         ]

@@ -83,6 +83,28 @@ def test_grouped_within_the_hour_the_violations_are_summed_and_the_rows_counted(
     assert report.group_rows == {(hour, 1): 1, (hour, 2): 1, (hour, 3): 2}
 
 
+def test_a_row_breaking_several_rules_counts_once_per_rule(spark):
+    df = spark.createDataFrame(
+        [
+            row(payload_id="", user_id="", page_url=None),  # three rules, one row
+            row(payload_id="", client_id=2),
+            row(page_url="x"),  # one character: long enough
+        ],
+        COLUMNS,
+    )
+
+    report = evaluate(df, RawPayloadSchema, ["hour", "payload_id"], by=("client_id",))
+
+    assert report.failing_hours == {
+        "2026-11-20T03": {
+            "payload_id:str_length": 2,
+            "user_id:str_length": 1,
+            "page_url:not_null": 1,  # a null is not also "too short"
+        }
+    }
+    assert report.group_rows == {("2026-11-20T03", 1): 2, ("2026-11-20T03", 2): 1}
+    assert len(report.examples) == 2
+
 def test_a_clean_range_passes_and_schema_errors_fail_every_hour(spark):
     clean = spark.createDataFrame(
         [row(), row(hour="2026-11-20T04", received_at=datetime(2026, 11, 20, 4))], COLUMNS
