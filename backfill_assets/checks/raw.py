@@ -11,6 +11,7 @@ from backfill_assets.layers.raw import (
     LAYER,
     MANIFEST_RECONCILIATION,
     ROW_RULES,
+    RULES_BY,
     SHADOW_PAYLOADS,
 )
 from backfill_assets.publishing import erasure
@@ -76,13 +77,18 @@ def raw_checks(
         return
     payloads = common.shadow_version(spark, "shadow.raw_payloads", version)
     quarantine = common.shadow_version(spark, "shadow.raw_quarantine", version)
-    # the rules and the valid lines per (hour, client) in one scan of the payloads
+    # the rules and the valid lines per (hour, client): counted by the build that wrote this
+    # version in its statistics pass over the same rows, else in one scan of the payloads
+    counted = rules.precounted(LAYER.checked_table, version, RawPayloadSchema, RULES_BY)
     report = rules.evaluate(
         payloads,
         RawPayloadSchema,
         ["hour", "payload_id", "client_id", "event_type", "device"],
-        by=("client_id",),
+        by=RULES_BY,
+        counted=counted,
     )
+    if counted is not None:
+        context.log.info(f"{ROW_RULES}: counted by the build's statistics pass (no scan)")
     rule_failing = report.reasons
     rejected = (
         quarantine.groupBy("hour", "client_id")

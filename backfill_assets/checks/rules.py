@@ -14,7 +14,7 @@ validation runs one job per rule and does not attribute failures to partitions;
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import reduce
 
@@ -100,20 +100,61 @@ def _violations(broken: DataFrame, predicates: dict[str, Column]) -> dict[str, d
     }
 
 
+def _any_violation(predicates: Mapping[str, Column]) -> Column:
+    return reduce(lambda a, b: a | b, predicates.values(), F.lit(False))
+
+
+def broken_count(model: type, where: Column | None = None) -> Column:
+    """An aggregate: the rows (of those ``where`` holds) that break a rule of ``model``, as
+    ``evaluate`` counts them per group (for ``precount``)."""
+    broken = _any_violation(violation_predicates(model))
+    return F.count(F.when(broken if where is None else where & broken, 1))
+
+
+# evaluate's aggregation of a shadow version, as the build that wrote the version computed
+# it over the rows it wrote, in a scan it runs anyway (its statistics): for the check step
+# of the same run, in the same process (the runs' in-process executor). Taken once.
+_PRECOUNTED: dict[tuple[str, str, str, tuple[str, ...]], list[dict]] = {}
+
+
+def _precount_key(table: str, version: str, model: type, by: tuple[str, ...]) -> tuple:
+    return (table, version, f"{model.__module__}.{model.__qualname__}", tuple(by))
+
+
+def precount(
+    table: str, version: str, model: type, by: tuple[str, ...], groups: Iterable[Mapping]
+) -> None:
+    """Keep the rule counts of ``table`` version ``version`` for its check: ``groups``, rows
+    of an aggregation by (``hour``, *``by``) of the written rows with ``rows`` (their
+    count) and ``broken`` (``broken_count``); groups without rows are left out, as
+    ``evaluate`` over the written rows would never see them."""
+    _PRECOUNTED[_precount_key(table, version, model, by)] = [dict(g) for g in groups if g["rows"]]
+
+
+def precounted(table: str, version: str, model: type, by: tuple[str, ...]) -> list[dict] | None:
+    """The groups ``precount`` kept for this version (once), else None (the check counts)."""
+    return _PRECOUNTED.pop(_precount_key(table, version, model, by), None)
+
+
 def evaluate(
     df: DataFrame,
     model: type,
     example_columns: list[str],
     by: tuple[str, ...] = (),
     extra: Mapping[str, Column] | None = None,
+    counted: list[Mapping] | None = None,
 ) -> RuleReport:
     """Validate ``df`` (all hours of a run) with ``model``; attribute failures to hours.
 
     ``by``: columns to group by within the hour as well; the report's ``group_rows`` then
     counts the rows of each (hour, *by), from the same aggregation (no second scan for a
     check that needs those counts). ``extra``: the caller's aggregate columns by name,
-    computed in the same aggregation; their values per group in ``group_values``."""
+    computed in the same aggregation; their values per group in ``group_values``.
+    ``counted``: that aggregation as the build computed it (``precounted``; no ``extra``),
+    so that a clean range costs no scan here."""
     extra = dict(extra or {})
+    if counted is not None and extra:
+        raise ValueError("precounted rules carry no extra aggregates")
     schema = model.to_schema()
     # Structure only (columns, types) on zero rows. pandera counts nulls per non-nullable
     # column even at SCHEMA_ONLY depth (a Spark job each): nullability is a data rule here,
@@ -122,16 +163,18 @@ def evaluate(
     with config_context(validation_depth=ValidationDepth.SCHEMA_ONLY):
         errors = dict(structure.validate(df.limit(0)).pandera.errors or {})
     predicates = violation_predicates(model) if not errors else {}
-    any_violation = reduce(lambda a, b: a | b, predicates.values(), F.lit(False))
-    groups = (
-        df.groupBy("hour", *by)
-        .agg(
-            F.count(F.when(any_violation, 1)).alias("broken"),
-            F.count(F.lit(1)).alias("rows"),
-            *[column.alias(f"x{i}") for i, column in enumerate(extra.values())],
+    any_violation = _any_violation(predicates)
+    groups = counted
+    if groups is None:
+        groups = (
+            df.groupBy("hour", *by)
+            .agg(
+                F.count(F.when(any_violation, 1)).alias("broken"),
+                F.count(F.lit(1)).alias("rows"),
+                *[column.alias(f"x{i}") for i, column in enumerate(extra.values())],
+            )
+            .collect()
         )
-        .collect()
-    )
     keys = ("hour", *by)
     group_rows = {tuple(row[c] for c in keys): int(row["rows"]) for row in groups}
     group_values = {
@@ -140,7 +183,7 @@ def evaluate(
     }
     hours = sorted({r["hour"] for r in groups})
     failing: dict[str, dict[str, int]] = {}
-    if any(row["broken"] for row in groups):
+    if predicates and any(row["broken"] for row in groups):
         failing = _violations(df.where(any_violation), predicates)
     if errors:
         # A schema-level failure (missing column, wrong type) breaks every hour.

@@ -7,6 +7,8 @@ from pyspark.sql import functions as F
 
 from backfill_assets.backups.inventory import take_inventory
 from backfill_assets.backups.reader import KIND_PAYLOAD, KIND_QUARANTINE, read_folders
+from backfill_assets.checks import rules
+from backfill_assets.checks.schemas import RawPayloadSchema
 from backfill_assets.layers.common import (
     SINGLE_RUN,
     digest_of,
@@ -51,6 +53,7 @@ BACKUP_PROBLEMS = "backup_problems"
 # Check names (constants: the publisher gates on them, tests and the UI refer to them).
 ROW_RULES = "raw_row_rules"
 MANIFEST_RECONCILIATION = "raw_manifest_reconciliation"
+RULES_BY = ("client_id",)  # the row rules are counted per (hour, client): the lines read
 
 PAYLOAD_COLUMNS = [
     "payload_id",
@@ -135,16 +138,25 @@ def raw_shadow(
         # One action over the cached lines for the per-(hour, client) counts: valid lines
         # whose received_at is outside their folder's hour (contract: they belong to the
         # folder's hour; a measure of clock skew and redelivery), lines left out as erased,
-        # and the rows and checksum of the payloads to write (no read-back after the write).
+        # the rows and checksum of the payloads to write (no read-back after the write),
+        # and the payloads breaking a pandera rule, for the check step (no second scan).
         stats = stats_aggregates(data_columns(payloads), where=is_payload)
         counted = (
             parsed.groupBy("hour", "client_id")
             .agg(
                 F.sum((is_payload & F.col("received_outside_hour")).cast("int")).alias("outside"),
                 F.sum(F.col("_erased").cast("int")).alias("erased"),
+                rules.broken_count(RawPayloadSchema, where=is_payload).alias("broken"),
                 *[column.alias(name) for name, column in stats.items()],
             )
             .collect()
+        )
+        rules.precount(
+            LAYER.checked_table,
+            run_id(context.run_id),
+            RawPayloadSchema,
+            RULES_BY,
+            [row.asDict() for row in counted],
         )
         outside: dict[str, int] = {}
         erased_lines: dict[str, int] = {}

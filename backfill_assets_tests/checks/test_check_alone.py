@@ -52,6 +52,11 @@ def test_a_check_alone_rechecks_the_newest_version_of_its_hours(
     defs = build_definitions(settings_for(tree))
 
     run_id, evaluations = check_alone(defs, instance, FIRST, LAST)
+    # the build's check took the rule counts of the build's statistics pass; alone, the
+    # check counts them in its own scan of the version (and both pass)
+    counted = "counted by the build's statistics pass"
+    assert any(counted in (r.user_message or "") for r in instance.all_logs(build.run_id))
+    assert not any(counted in (r.user_message or "") for r in instance.all_logs(run_id))
     # one evaluation per (check, hour), on the hour's partition
     assert sorted((e.check_name, e.partition) for e in evaluations) == sorted(
         (name, hour) for name in (ROW_RULES, MANIFEST_RECONCILIATION) for hour in (FIRST, LAST)

@@ -3,8 +3,15 @@
 from datetime import datetime
 
 import pandera.pyspark as pa
+from pyspark.sql import functions as F
 
-from backfill_assets.checks.rules import evaluate, violation_predicates
+from backfill_assets.checks.rules import (
+    broken_count,
+    evaluate,
+    precount,
+    precounted,
+    violation_predicates,
+)
 from backfill_assets.checks.schemas import RawPayloadSchema
 
 T = datetime(2026, 11, 20, 3, 15)
@@ -104,6 +111,30 @@ def test_a_row_breaking_several_rules_counts_once_per_rule(spark):
     }
     assert report.group_rows == {("2026-11-20T03", 1): 2, ("2026-11-20T03", 2): 1}
     assert len(report.examples) == 2
+
+
+def test_the_counts_a_build_kept_give_the_verdict_of_a_scan(spark):
+    df = spark.createDataFrame(
+        [row(), row(event_type="hover"), row(client_id=2), row(hour="2026-11-20T04")], COLUMNS
+    )
+    by = ("client_id",)
+    scanned = evaluate(df, RawPayloadSchema, ["hour", "payload_id"], by=by)
+    groups = (
+        df.groupBy("hour", *by)
+        .agg(F.count(F.lit(1)).alias("rows"), broken_count(RawPayloadSchema).alias("broken"))
+        .collect()
+    )
+    precount("shadow.t", "v1", RawPayloadSchema, by, [g.asDict() for g in groups])
+
+    counted = precounted("shadow.t", "v1", RawPayloadSchema, by)
+
+    assert precounted("shadow.t", "v1", RawPayloadSchema, by) is None  # taken once
+    assert counted is not None
+    assert evaluate(df, RawPayloadSchema, ["hour", "payload_id"], by=by, counted=counted) == (
+        scanned
+    )
+    assert scanned.failing_hours == {"2026-11-20T03": {"event_type:isin": 1}}
+
 
 def test_a_clean_range_passes_and_schema_errors_fail_every_hour(spark):
     clean = spark.createDataFrame(
