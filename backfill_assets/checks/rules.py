@@ -150,11 +150,12 @@ def evaluate(
     counts the rows of each (hour, *by), from the same aggregation (no second scan for a
     check that needs those counts). ``extra``: the caller's aggregate columns by name,
     computed in the same aggregation; their values per group in ``group_values``.
-    ``counted``: that aggregation as the build computed it (``precounted``; no ``extra``),
-    so that a clean range costs no scan here."""
+    ``counted``: that aggregation as the build computed it (``precounted``; with the
+    ``extra`` aggregates under their names), so that a clean range costs no scan here."""
     extra = dict(extra or {})
-    if counted is not None and extra:
-        raise ValueError("precounted rules carry no extra aggregates")
+    reserved = {"hour", "rows", "broken", *by} & extra.keys()
+    if reserved:
+        raise ValueError(f"extra aggregates named like the aggregation's own: {sorted(reserved)}")
     schema = model.to_schema()
     # Structure only (columns, types) on zero rows. pandera counts nulls per non-nullable
     # column even at SCHEMA_ONLY depth (a Spark job each): nullability is a data rule here,
@@ -171,15 +172,14 @@ def evaluate(
             .agg(
                 F.count(F.when(any_violation, 1)).alias("broken"),
                 F.count(F.lit(1)).alias("rows"),
-                *[column.alias(f"x{i}") for i, column in enumerate(extra.values())],
+                *[column.alias(name) for name, column in extra.items()],
             )
             .collect()
         )
     keys = ("hour", *by)
     group_rows = {tuple(row[c] for c in keys): int(row["rows"]) for row in groups}
     group_values = {
-        tuple(row[c] for c in keys): {name: row[f"x{i}"] for i, name in enumerate(extra)}
-        for row in groups
+        tuple(row[c] for c in keys): {name: row[name] for name in extra} for row in groups
     }
     hours = sorted({r["hour"] for r in groups})
     failing: dict[str, dict[str, int]] = {}

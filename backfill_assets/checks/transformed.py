@@ -10,10 +10,17 @@ per-id comparison (duplicated, missing and extra ids) only for the hours whose d
 from collections.abc import Mapping
 
 import dagster as dg
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from backfill_assets.checks import common, rules
+from backfill_assets.checks.digests import (
+    NO_IDS,
+    id_digest,
+    id_digest_columns,
+    id_digests,
+    id_hashes,
+)
 from backfill_assets.checks.schemas import TransformedPayloadSchema
 from backfill_assets.layers.raw import SHADOW_PAYLOADS as RAW_SHADOW
 from backfill_assets.layers.transformed import (
@@ -24,7 +31,7 @@ from backfill_assets.layers.transformed import (
     SOURCE_TABLE,
 )
 from backfill_assets.publishing.tables import table_name
-from backfill_assets.resources.io_managers import exact_sum, resolve_upstream, summed
+from backfill_assets.resources.io_managers import resolve_upstream
 from backfill_assets.resources.warehouse import Warehouse
 
 LAYER_RAW_SHADOW = table_name(RAW_SHADOW)
@@ -55,14 +62,6 @@ def reconcile_with_raw(transformed: DataFrame, raw: DataFrame) -> dict[str, dict
     return {r["hour"]: {k: int(r[k]) for k in r.asDict() if k != "hour"} for r in rows}
 
 
-# The payload ids of an hour as a digest: exact sums of two independent 64-bit hashes of
-# them. The same ids give the same digest; ids that differ (one missing, one extra, one
-# twice) give another, but with a probability of about 2**-128.
-_ID_HASHES = {
-    "ids_xx": lambda: F.xxhash64("payload_id"),
-    "ids_xx_salted": lambda: F.xxhash64(F.lit("reconciliation"), "payload_id"),
-}
-NO_IDS = (0, (0,) * len(_ID_HASHES))  # the digest of an hour without rows
 # ``reconcile_with_raw``'s counts of an hour without rows
 NO_COUNTS = {
     "rows": 0,
@@ -71,39 +70,6 @@ NO_COUNTS = {
     "missing_ids": 0,
     "extra_ids": 0,
 }
-
-
-def id_digest_columns(hashed: bool = False) -> dict[str, Column]:
-    """Aggregates of a frame with ``payload_id``: the digest of its ids (``id_digest``).
-    ``hashed``: of a frame whose columns are already the ids' hashes (``id_hashes``)."""
-    columns: dict[str, Column] = {}
-    for name, hash_of in _ID_HASHES.items():
-        columns.update(exact_sum(F.col(name) if hashed else hash_of(), name))
-    return columns
-
-
-def id_hashes(df: DataFrame) -> DataFrame:
-    """``hour`` and the two hashes of each row's ``payload_id``, named as in ``_ID_HASHES``."""
-    return df.select("hour", *[hash_of().alias(name) for name, hash_of in _ID_HASHES.items()])
-
-
-def id_digest(values: Mapping) -> tuple[int, ...]:
-    """The digest of ``id_digest_columns``' aggregated values."""
-    return tuple(summed(values, name) for name in _ID_HASHES)
-
-
-def id_digests(df: DataFrame, hashed: bool = False) -> dict[str, tuple[int, tuple[int, ...]]]:
-    """Per hour: the rows of ``df`` (with ``payload_id``, or its ``id_hashes`` if
-    ``hashed``), and the digest of their ids."""
-    rows = (
-        df.groupBy("hour")
-        .agg(
-            F.count(F.lit(1)).alias("ids"),
-            *[c.alias(n) for n, c in id_digest_columns(hashed).items()],
-        )
-        .collect()
-    )
-    return {r["hour"]: (int(r["ids"]), id_digest(r)) for r in rows}
 
 
 def reconcile_by_digest(
@@ -180,15 +146,20 @@ def transformed_checks(context: dg.AssetCheckExecutionContext, warehouse: Wareho
     if not hours:
         yield from common.not_evaluated(context, why)
         return
-    # Not cached: one scan for the rules and the ids' digests; the rows are read again
-    # only for the hours whose digests differ from the raw ids'.
+    # The rules and the ids' digests: counted by the build in its read-back of what it wrote,
+    # else in one scan here; the rows are read again only for the hours whose digests
+    # differ from the raw ids'.
     payloads = common.shadow_version(spark, table, version)
+    counted = rules.precounted(table, version, TransformedPayloadSchema, ())
     report = rules.evaluate(
         payloads,
         TransformedPayloadSchema,
         ["hour", "payload_id", "client_id", "page_url", "received_at"],
         extra=id_digest_columns(),
+        counted=counted,
     )
+    if counted is not None:
+        context.log.info(f"{ROW_RULES}: counted by the build's read-back of its rows (no scan)")
     raw = resolve_upstream(
         spark,
         LAYER_RAW_SHADOW,

@@ -9,6 +9,8 @@ import dagster as dg
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
+from backfill_assets.checks.digests import id_digest_columns
+from backfill_assets.checks.schemas import TransformedPayloadSchema
 from backfill_assets.layers import raw
 from backfill_assets.layers.common import (
     SINGLE_RUN,
@@ -22,7 +24,7 @@ from backfill_assets.layers.urls import normalize_urls
 from backfill_assets.partitions import hourly_partitions
 from backfill_assets.publishing.publisher import Layer
 from backfill_assets.publishing.tables import table_key
-from backfill_assets.resources.io_managers import UpstreamGap
+from backfill_assets.resources.io_managers import UpstreamGap, WithRules
 from backfill_assets.resources.launch_form import LaunchForm
 
 CODE_VERSION = "transformed-1"
@@ -104,7 +106,12 @@ def transformed_shadow(
     context.log.info(f"transformed {hours[0]}..{hours[-1]}")
     yield dg.MaterializeResult(
         asset_key=SHADOW_PAYLOADS,
-        value=transformed.select(*PAYLOAD_COLUMNS, "run_id", "code_version", "hour"),
+        # the check's rules and id digests counted in the read-back of what is written
+        value=WithRules(
+            transformed.select(*PAYLOAD_COLUMNS, "run_id", "code_version", "hour"),
+            TransformedPayloadSchema,
+            id_digest_columns(),
+        ),
         metadata={
             **run_lineage(context, CODE_VERSION),
             "source_table": SOURCE_TABLE,

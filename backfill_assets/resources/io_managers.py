@@ -18,7 +18,7 @@ built on a held-back hour and refuse a release whose published inputs changed si
 
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import dagster as dg
 from dagster_pyspark import LazyPySparkResource
@@ -26,6 +26,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from backfill_assets import tags
+from backfill_assets.checks import rules
 from backfill_assets.partitions import parse_hour
 from backfill_assets.publishing import audit
 from backfill_assets.publishing.publisher import SOURCE_EMPTY, SOURCE_PUBLISHED, SOURCE_RELEASE
@@ -102,6 +103,35 @@ def partition_stats(df: DataFrame) -> Stats:
 
 
 @dataclass(frozen=True)
+class WithRules:
+    """A frame to write, and the pandera model its check evaluates: the read-back that
+    measures what was written counts the model's rules (and the check's ``extra``
+    aggregates) in the same scan, for the check step of the same run (``rules.precount``)."""
+
+    frame: DataFrame
+    model: type
+    extra: Mapping[str, Column] = field(default_factory=dict)
+
+
+def stats_and_rules(table: str, version: str, written: DataFrame, checked: WithRules) -> Stats:
+    """``partition_stats`` of the written rows, and ``checked``'s rules counted in the same
+    aggregation (``rules.precount``)."""
+    aggregates = stats_aggregates(data_columns(written))
+    groups = (
+        written.groupBy("hour")
+        .agg(
+            *[c.alias(n) for n, c in aggregates.items()],
+            rules.broken_count(checked.model).alias("broken"),
+            *[c.alias(n) for n, c in checked.extra.items()],
+        )
+        .collect()
+    )
+    counted = [g.asDict() for g in groups]
+    rules.precount(table, version, checked.model, (), counted)
+    return stats_of(counted)
+
+
+@dataclass(frozen=True)
 class Measured:
     """A frame to write and its ``partition_stats``, which its asset measured in a Spark
     action it runs anyway, over the same deterministic rows (cached ones): the IO manager
@@ -157,10 +187,14 @@ class ShadowTableIOManager(dg.ConfigurableIOManager):
         _, name = split_table(table)
         return location(f"{self.warehouse_dir}/shadow/{name}")
 
-    def handle_output(self, context: dg.OutputContext, obj: "DataFrame | Measured") -> None:
-        stats = None
+    def handle_output(
+        self, context: dg.OutputContext, obj: "DataFrame | Measured | WithRules"
+    ) -> None:
+        stats, checked = None, None
         if isinstance(obj, Measured):
             obj, stats = obj.frame, obj.stats
+        elif isinstance(obj, WithRules):
+            obj, checked = obj.frame, obj
         table = table_name(context.asset_key)
         version = run_id(context.run_id)
         hours = sorted(context.asset_partition_keys)
@@ -188,8 +222,14 @@ class ShadowTableIOManager(dg.ConfigurableIOManager):
         )
         self.spark.sql(f"ALTER TABLE {table} ADD IF NOT EXISTS {clauses}")  # refreshes it
         if stats is None:  # read back what was written: one Spark action
-            written = self.spark.table(table).where(F.col("version") == version)
-            stats = partition_stats(written.where(F.col("hour").isin(hours)))
+            written = self.spark.table(table).where(
+                (F.col("version") == version) & F.col("hour").isin(hours)
+            )
+            stats = (
+                partition_stats(written)
+                if checked is None
+                else stats_and_rules(table, version, written, checked)
+            )
         now = audit.now()
         audit.append(
             self.spark,

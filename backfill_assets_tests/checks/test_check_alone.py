@@ -111,12 +111,17 @@ def test_a_transformed_check_alone_reconciles_with_the_raw_of_the_version_s_rele
     defs = build_definitions(settings_for(tree))
     checks = {dg.AssetCheckKey(TRANSFORMED, n) for n in (TRANSFORMED_ROW_RULES, RAW_RECONCILIATION)}
 
-    _, evaluations = check_alone(defs, instance, FIRST, LAST, checks)
+    run_id, evaluations = check_alone(defs, instance, FIRST, LAST, checks)
 
     assert sorted((e.check_name, e.partition) for e in evaluations) == sorted(
         (n, h) for n in (TRANSFORMED_ROW_RULES, RAW_RECONCILIATION) for h in (FIRST, LAST)
     )
     assert all(e.passed for e in evaluations), [e.description for e in evaluations]
+    # the build's check took the counts of the IO manager's read-back; alone, it scans
+    counted = "counted by the build's read-back of its rows"
+    (build,) = dry.runs
+    assert any(counted in (r.user_message or "") for r in instance.all_logs(build.run_id))
+    assert not any(counted in (r.user_message or "") for r in instance.all_logs(run_id))
 
 
 def test_the_release_gate_alone_reverifies_the_live_versions_from_the_ledger(

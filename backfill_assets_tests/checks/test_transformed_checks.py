@@ -1,7 +1,7 @@
 """The transformed layer's reconciliation with raw: duplicates, missing and extra ids."""
 
+from backfill_assets.checks.digests import id_digests
 from backfill_assets.checks.transformed import (
-    id_digests,
     reconcile_by_digest,
     reconcile_with_raw,
     reconciliation_failures,
