@@ -11,7 +11,11 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from backfill_assets.checks import common, rules, schemas
-from backfill_assets.checks.schemas import SessionSchema
+from backfill_assets.checks.schemas import (
+    DISTINCT_SESSION_IDS,
+    SessionSchema,
+    session_id_aggregates,
+)
 from backfill_assets.layers.aggregated import (
     CLIENT_HOURLY_RECONCILIATION,
     LAYER,
@@ -58,19 +62,24 @@ def split_rule_failures(failing_hours: dict[str, dict[str, int]]) -> dict[str, d
     return per_check
 
 
-def duplicate_session_ids(sessions: DataFrame) -> tuple[dict[str, str], dict[str, int]]:
-    """Failing hours (a session_id more than once in the hour) and rows per hour; one job."""
-    rows = (
-        sessions.groupBy("hour")
-        .agg(F.count(F.lit(1)).alias("rows"), F.count_distinct("session_id").alias("ids"))
-        .collect()
-    )
+def duplicates_of(report: rules.RuleReport) -> tuple[dict[str, str], dict[str, int]]:
+    """Failing hours (a session_id more than once in the hour) and rows per hour, from a
+    rule evaluation with ``session_id_aggregates``."""
+    rows = {hour: n for (hour,), n in report.group_rows.items()}
+    ids = {hour: v[DISTINCT_SESSION_IDS] for (hour,), v in report.group_values.items()}
     failing = {
-        r["hour"]: f"{r['rows'] - r['ids']} duplicate session_id row(s) among {r['rows']}"
-        for r in rows
-        if r["rows"] != r["ids"]
+        hour: f"{n - ids[hour]} duplicate session_id row(s) among {n}"
+        for hour, n in sorted(rows.items())
+        if n != ids[hour]
     }
-    return failing, {r["hour"]: int(r["rows"]) for r in rows}
+    return failing, rows
+
+
+def duplicate_session_ids(sessions: DataFrame) -> tuple[dict[str, str], dict[str, int]]:
+    """``duplicates_of`` the sessions' rules evaluated in one job."""
+    return duplicates_of(
+        rules.evaluate(sessions, SessionSchema, ["hour"], extra=session_id_aggregates())
+    )
 
 
 def reconcile_client_hourly(sessions: DataFrame, hourly: DataFrame) -> dict[str, str]:
@@ -167,20 +176,25 @@ def aggregated_checks(context: dg.AssetCheckExecutionContext, warehouse: Warehou
     if not hours:
         yield from common.not_evaluated(context, why)
         return
-    sessions = common.shadow_version(spark, table, version).cache()
+    sessions = common.shadow_version(spark, table, version)
     hourly = common.shadow_version(spark, "shadow.client_hourly", version)
-    try:
-        report = rules.evaluate(
-            sessions,
-            SessionSchema,
-            # no session_id or user_id: Dagster's event log keeps examples, and an erasure
-            # cannot purge it
-            ["hour", "client_id", "session_start_at", "session_end_at", "duration_seconds"],
-        )
-        unique_failing, rows_per_hour = duplicate_session_ids(sessions)
-        recon_failing = reconcile_client_hourly(sessions, hourly)
-    finally:
-        sessions.unpersist()
+    # The rules and the distinct session ids: counted by the build in its read-back of the
+    # sessions it wrote, else in one scan here; the reconciliation with client_hourly is
+    # one more job.
+    counted = rules.precounted(table, version, SessionSchema, ())
+    report = rules.evaluate(
+        sessions,
+        SessionSchema,
+        # no session_id or user_id: Dagster's event log keeps examples, and an erasure
+        # cannot purge it
+        ["hour", "client_id", "session_start_at", "session_end_at", "duration_seconds"],
+        extra=session_id_aggregates(),
+        counted=counted,
+    )
+    if counted is not None:
+        context.log.info(f"{SESSIONS_ROW_RULES}: counted by the build's read-back (no scan)")
+    unique_failing, rows_per_hour = duplicates_of(report)
+    recon_failing = reconcile_client_hourly(sessions, hourly)
     failing = {
         **split_rule_failures(report.failing_hours),
         SESSIONS_UNIQUE_ID: unique_failing,

@@ -72,6 +72,15 @@ def session_id_of(client_id: Column, user_id: Column, start: Column) -> Column:
     return F.substring(F.sha2(text, 256), 1, 32)
 
 
+# The distinct session ids of an hour: an aggregate evaluated with the session rules
+# (``rules.evaluate(..., extra=...)``), in the build's read-back or the check's own scan.
+DISTINCT_SESSION_IDS = "distinct_session_ids"
+
+
+def session_id_aggregates() -> dict[str, Column]:
+    return {DISTINCT_SESSION_IDS: F.count_distinct("session_id")}
+
+
 class TransformedPayloadSchema(RawPayloadSchema):
     """``shadow.transformed_payloads`` / ``transformed.payloads``: one row per distinct
     payload of the received hour, ``page_url`` normalized (the raw columns and rules, plus

@@ -24,7 +24,12 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from backfill_assets.checks.schemas import HOUR_OF, session_id_of
+from backfill_assets.checks.schemas import (
+    HOUR_OF,
+    SessionSchema,
+    session_id_aggregates,
+    session_id_of,
+)
 from backfill_assets.layers import transformed
 from backfill_assets.layers.common import (
     SINGLE_RUN,
@@ -38,7 +43,7 @@ from backfill_assets.layers.windows import LOOKAHEAD_HOURS, LOOKBACK_HOURS, rece
 from backfill_assets.partitions import hourly_partitions, parse_hour
 from backfill_assets.publishing.publisher import Layer
 from backfill_assets.publishing.tables import table_key
-from backfill_assets.resources.io_managers import UpstreamGap
+from backfill_assets.resources.io_managers import UpstreamGap, WithRules
 from backfill_assets.resources.launch_form import LaunchForm
 
 CODE_VERSION = "aggregated-1"
@@ -385,7 +390,12 @@ def aggregated_shadow(
     try:
         yield dg.MaterializeResult(
             asset_key=SHADOW_SESSIONS,
-            value=sessions.select(*SESSION_COLUMNS, "run_id", "code_version", "hour"),
+            # the check's rules and distinct ids counted in the read-back of what is written
+            value=WithRules(
+                sessions.select(*SESSION_COLUMNS, "run_id", "code_version", "hour"),
+                SessionSchema,
+                session_id_aggregates(),
+            ),
             metadata=lineage,
         )
         yield dg.MaterializeResult(

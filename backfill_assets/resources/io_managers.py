@@ -117,6 +117,9 @@ def stats_and_rules(table: str, version: str, written: DataFrame, checked: WithR
     """``partition_stats`` of the written rows, and ``checked``'s rules counted in the same
     aggregation (``rules.precount``)."""
     aggregates = stats_aggregates(data_columns(written))
+    clash = aggregates.keys() & checked.extra.keys()
+    if clash:
+        raise ValueError(f"the check's aggregates are named like the statistics': {clash}")
     groups = (
         written.groupBy("hour")
         .agg(
