@@ -2,8 +2,10 @@
 
 All results are recorded under ``shadow.sessions`` (the layer's checked table), so the
 publisher publishes an hour's sessions and client_hourly together or not at all. Spark
-work: the pandera rules (``rules.evaluate``), one grouped aggregation for unique session
-ids, one for the client_hourly reconciliation, one append of all outcomes.
+work: the pandera rules and the distinct session ids per hour in one aggregation
+(``rules.evaluate``; in a build run, counted by the IO manager's read-back of the sessions
+it wrote, so no scan here), one job for the client_hourly reconciliation, one append of
+all outcomes.
 """
 
 import dagster as dg

@@ -3,8 +3,9 @@ with the raw payloads it was built from (the release's raw candidates, else the 
 ones): one row per distinct raw payload id of the hour, no more.
 
 Spark work: the rules and the transformed ids' digests in one aggregation over the
-transformed rows; the distinct raw ids' digests in one more (of their hashes); the exact
-per-id comparison (duplicated, missing and extra ids) only for the hours whose digests differ.
+transformed rows (in a build run, the IO manager's read-back of the rows it wrote: no scan
+here); the distinct raw ids' digests in one more (of their hashes); the exact per-id
+comparison (duplicated, missing and extra ids) only for the hours whose digests differ.
 """
 
 from collections.abc import Mapping
