@@ -77,13 +77,6 @@ def duplicates_of(report: rules.RuleReport) -> tuple[dict[str, str], dict[str, i
     return failing, rows
 
 
-def duplicate_session_ids(sessions: DataFrame) -> tuple[dict[str, str], dict[str, int]]:
-    """``duplicates_of`` the sessions' rules evaluated in one job."""
-    return duplicates_of(
-        rules.evaluate(sessions, SessionSchema, ["hour"], extra=session_id_aggregates())
-    )
-
-
 def reconcile_client_hourly(sessions: DataFrame, hourly: DataFrame) -> dict[str, str]:
     """Failing hours -> reason: per (hour, client), client_hourly's sessions, payloads,
     pageviews, bounces and truncated sessions must equal the sums over the sessions, its
@@ -183,18 +176,18 @@ def aggregated_checks(context: dg.AssetCheckExecutionContext, warehouse: Warehou
     # The rules and the distinct session ids: counted by the build in its read-back of the
     # sessions it wrote, else in one scan here; the reconciliation with client_hourly is
     # one more job.
-    counted = rules.precounted(table, version, SessionSchema, ())
-    report = rules.evaluate(
+    report = common.evaluate_rules(
+        context,
+        SESSIONS_ROW_RULES,
+        table,
+        version,
         sessions,
         SessionSchema,
         # no session_id or user_id: Dagster's event log keeps examples, and an erasure
         # cannot purge it
         ["hour", "client_id", "session_start_at", "session_end_at", "duration_seconds"],
         extra=session_id_aggregates(),
-        counted=counted,
     )
-    if counted is not None:
-        context.log.info(f"{SESSIONS_ROW_RULES}: counted by the build's read-back (no scan)")
     unique_failing, rows_per_hour = duplicates_of(report)
     recon_failing = reconcile_client_hourly(sessions, hourly)
     failing = {

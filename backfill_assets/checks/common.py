@@ -8,10 +8,11 @@ import warnings
 from collections.abc import Iterator, Mapping, Sequence
 
 import dagster as dg
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from backfill_assets import tags
+from backfill_assets.checks import rules
 from backfill_assets.checks.outcomes import NOT_EVALUATED
 from backfill_assets.layers.common import json_metadata
 from backfill_assets.partitions import hourly_partitions
@@ -198,6 +199,30 @@ def written_hours(spark: SparkSession, table: str, version: str) -> list[str]:
 
 def shadow_version(spark: SparkSession, table: str, version: str) -> DataFrame:
     return spark.table(table).where(F.col("version") == run_id(version)).drop("version")
+
+
+PRECOUNTED_LOG = "rules counted by the build over the rows it wrote (no scan)"
+
+
+def evaluate_rules(
+    context: dg.AssetCheckExecutionContext,
+    check_name: str,
+    table: str,
+    version: str,
+    df: DataFrame,
+    model: type,
+    example_columns: list[str],
+    *,
+    by: tuple[str, ...] = (),
+    extra: Mapping[str, Column] | None = None,
+) -> rules.RuleReport:
+    """``rules.evaluate`` of ``version`` of ``table``: with the counts the build that wrote
+    it kept (``rules.precount``, a build run), else counted in one scan of ``df``."""
+    counted = rules.precounted(table, version, model, by)
+    report = rules.evaluate(df, model, example_columns, by=by, extra=extra, counted=counted)
+    if counted is not None:
+        context.log.info(f"{check_name}: {PRECOUNTED_LOG}")
+    return report
 
 
 def record_all(

@@ -5,7 +5,7 @@ from pyspark.sql import functions as F
 
 from backfill_assets import tags
 from backfill_assets.backups.inventory import take_inventory
-from backfill_assets.checks import common, rules
+from backfill_assets.checks import common
 from backfill_assets.checks.schemas import RawPayloadSchema
 from backfill_assets.layers.raw import (
     LAYER,
@@ -79,16 +79,16 @@ def raw_checks(
     quarantine = common.shadow_version(spark, "shadow.raw_quarantine", version)
     # the rules and the valid lines per (hour, client): counted by the build that wrote this
     # version in its statistics pass over the same rows, else in one scan of the payloads
-    counted = rules.precounted(LAYER.checked_table, version, RawPayloadSchema, RULES_BY)
-    report = rules.evaluate(
+    report = common.evaluate_rules(
+        context,
+        ROW_RULES,
+        LAYER.checked_table,
+        version,
         payloads,
         RawPayloadSchema,
         ["hour", "payload_id", "client_id", "event_type", "device"],
         by=RULES_BY,
-        counted=counted,
     )
-    if counted is not None:
-        context.log.info(f"{ROW_RULES}: counted by the build's statistics pass (no scan)")
     rule_failing = report.reasons
     rejected = (
         quarantine.groupBy("hour", "client_id")

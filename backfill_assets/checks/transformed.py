@@ -14,7 +14,7 @@ import dagster as dg
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from backfill_assets.checks import common, rules
+from backfill_assets.checks import common
 from backfill_assets.checks.digests import (
     NO_IDS,
     id_digest,
@@ -151,16 +151,16 @@ def transformed_checks(context: dg.AssetCheckExecutionContext, warehouse: Wareho
     # else in one scan here; the rows are read again only for the hours whose digests
     # differ from the raw ids'.
     payloads = common.shadow_version(spark, table, version)
-    counted = rules.precounted(table, version, TransformedPayloadSchema, ())
-    report = rules.evaluate(
+    report = common.evaluate_rules(
+        context,
+        ROW_RULES,
+        table,
+        version,
         payloads,
         TransformedPayloadSchema,
         ["hour", "payload_id", "client_id", "page_url", "received_at"],
         extra=id_digest_columns(),
-        counted=counted,
     )
-    if counted is not None:
-        context.log.info(f"{ROW_RULES}: counted by the build's read-back of its rows (no scan)")
     raw = resolve_upstream(
         spark,
         LAYER_RAW_SHADOW,

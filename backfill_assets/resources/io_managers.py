@@ -98,10 +98,19 @@ def partition_stats(df: DataFrame) -> Stats:
     give the same checksum in every run; the code version is the rows' own
     ``code_version`` lineage column (None for an hour without rows).
     """
+    return stats_of(_stats_groups(df))
+
+
+def _stats_groups(df: DataFrame, extra: Mapping[str, Column] | None = None) -> list[dict]:
+    """Per hour, the aggregates of ``partition_stats`` and ``extra`` ones (one Spark action)."""
     if "code_version" not in df.columns:
         df = df.withColumn("code_version", F.lit(None).cast("string"))
     aggregates = stats_aggregates(data_columns(df))
-    return stats_of(df.groupBy("hour").agg(*[c.alias(n) for n, c in aggregates.items()]).collect())
+    clash = aggregates.keys() & (extra or {}).keys()
+    if clash:
+        raise ValueError(f"aggregates named like the statistics': {sorted(clash)}")
+    columns = [c.alias(n) for n, c in {**aggregates, **(extra or {})}.items()]
+    return [row.asDict() for row in df.groupBy("hour").agg(*columns).collect()]
 
 
 @dataclass(frozen=True)
@@ -118,20 +127,7 @@ class WithRules:
 def stats_and_rules(table: str, version: str, written: DataFrame, checked: WithRules) -> Stats:
     """``partition_stats`` of the written rows, and ``checked``'s rules counted in the same
     aggregation (``rules.precount``)."""
-    aggregates = stats_aggregates(data_columns(written))
-    clash = aggregates.keys() & checked.extra.keys()
-    if clash:
-        raise ValueError(f"the check's aggregates are named like the statistics': {clash}")
-    groups = (
-        written.groupBy("hour")
-        .agg(
-            *[c.alias(n) for n, c in aggregates.items()],
-            rules.broken_count(checked.model).alias("broken"),
-            *[c.alias(n) for n, c in checked.extra.items()],
-        )
-        .collect()
-    )
-    counted = [g.asDict() for g in groups]
+    counted = _stats_groups(written, {"broken": rules.broken_count(checked.model), **checked.extra})
     rules.precount(table, version, checked.model, (), counted)
     return stats_of(counted)
 

@@ -4,9 +4,9 @@ from datetime import UTC, datetime
 
 from pyspark.sql import functions as F
 
-from backfill_assets.checks import schemas
+from backfill_assets.checks import rules, schemas
 from backfill_assets.checks.aggregated import (
-    duplicate_session_ids,
+    duplicates_of,
     reconcile_client_hourly,
     split_rule_failures,
 )
@@ -73,6 +73,14 @@ def test_client_hourly_reconciliation_names_the_broken_hour(spark) -> None:
 
     bad_p95 = hourly.withColumn("p95_duration_seconds", F.lit(10_000.0))
     assert sorted(reconcile_client_hourly(sessions, bad_p95)) == [H1, H2]
+
+
+def duplicate_session_ids(sessions):
+    """The duplicates of the sessions' rule evaluation (one job), as the check computes them."""
+    report = rules.evaluate(
+        sessions, schemas.SessionSchema, ["hour"], extra=schemas.session_id_aggregates()
+    )
+    return duplicates_of(report)
 
 
 def test_duplicate_session_ids_are_named_per_hour(spark) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dagster as dg
 from pyspark.sql import functions as F
 
+from backfill_assets.checks.common import PRECOUNTED_LOG
 from backfill_assets.checks.outcomes import summarize
 from backfill_assets.checks.published import RELEASE_GATE
 from backfill_assets.definitions import build_definitions
@@ -54,7 +55,7 @@ def test_a_check_alone_rechecks_the_newest_version_of_its_hours(
     run_id, evaluations = check_alone(defs, instance, FIRST, LAST)
     # the build's check took the rule counts of the build's statistics pass; alone, the
     # check counts them in its own scan of the version (and both pass)
-    counted = "counted by the build's statistics pass"
+    counted = PRECOUNTED_LOG
     assert any(counted in (r.user_message or "") for r in instance.all_logs(build.run_id))
     assert not any(counted in (r.user_message or "") for r in instance.all_logs(run_id))
     # one evaluation per (check, hour), on the hour's partition
@@ -118,7 +119,7 @@ def test_a_transformed_check_alone_reconciles_with_the_raw_of_the_version_s_rele
     )
     assert all(e.passed for e in evaluations), [e.description for e in evaluations]
     # the build's check took the counts of the IO manager's read-back; alone, it scans
-    counted = "counted by the build's read-back of its rows"
+    counted = PRECOUNTED_LOG
     (build,) = dry.runs
     assert any(counted in (r.user_message or "") for r in instance.all_logs(build.run_id))
     assert not any(counted in (r.user_message or "") for r in instance.all_logs(run_id))
