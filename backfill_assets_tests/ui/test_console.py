@@ -144,10 +144,21 @@ def test_an_operator_reads_each_hours_checks_and_the_report_then_launches_a_rele
     page.get_by_role("button", name="Materialize…").click()
     page.get_by_role("button", name="Confirm").click()  # the multi-asset's quarantine too
     dialog = page.get_by_role("dialog")
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     hours = dialog.locator("input:not([type]), input[type=text]").first
-    hours.fill(f"[{FIRST}...2026-11-20T01]")
-    hours.press("Enter")
-    dialog.get_by_text("2 partitions").wait_for()
+    chosen = dialog.get_by_text("2 partitions")
+    # Under load the dialog can re-render its partition input while it loads the
+    # partitions, dropping what was typed: type the range again, at most three times.
+    for attempt in range(3):
+        hours.fill(f"[{FIRST}...2026-11-20T01]")
+        hours.press("Enter")
+        try:
+            chosen.wait_for(timeout=20_000)
+            break
+        except PlaywrightTimeout:
+            if attempt == 2:
+                raise
     dialog.get_by_text("Config", exact=True).click()
     dialog.get_by_role("button", name="Add config").click()
     page.locator(".CodeMirror").first.click()
