@@ -228,7 +228,7 @@ def _written(spark: SparkSession, locations: set[str]) -> dict[str, dict]:
     rows = (
         audit.read(spark, audit.SHADOW_PARTITIONS)
         .where(F.col("location").isin(sorted(locations)))
-        .select("location", "version", "row_count", "written_at", "release_id")
+        .select("location", "version", "row_count", "checksum", "written_at", "release_id")
         .collect()
     )
     return {r["location"]: r.asDict() for r in rows}
@@ -454,6 +454,21 @@ def plan_release(
                     and before.get("written_at") is not None
                     and before["written_at"] > row["written_at"]
                 ):
+                    if (before.get("checksum"), before.get("row_count")) == (
+                        row["checksum"],
+                        row["row_count"],
+                    ):
+                        # the same rows as the newer version (two backfills of the same
+                        # input): what is published already holds them, nothing moves
+                        outcome.tables[published] = {
+                            "previous_location": was,
+                            "new_location": was,
+                            "row_count": before["row_count"],
+                            "previous_row_count": int(before["row_count"] or 0),
+                            "checksum": before["checksum"],
+                            "code_version": row["code_version"],
+                        }
+                        continue
                     # an older build over a newer one (an old command run again, a release
                     # approved late): going back is a rollback's job, not a publish's
                     outcome.reasons.append(

@@ -47,7 +47,7 @@ def wh(warehouse, base_settings) -> str:
     return base_settings.warehouse_dir
 
 
-def write(spark, wh: str, table: str, version: str, release: str) -> str:
+def write(spark, wh: str, table: str, version: str, release: str, checksum: str = "") -> str:
     """One shadow partition of ``table`` at HOUR, registered and recorded like the IO
     manager's; returns its location. The three rows' file is written with pyarrow (no Spark
     job: these tests are about the ledger, not the write)."""
@@ -69,7 +69,7 @@ def write(spark, wh: str, table: str, version: str, release: str) -> str:
         "version": version,
         "location": qualify(path),
         "row_count": 3,
-        "checksum": f"3:{version}",
+        "checksum": checksum or f"3:{version}",  # other rows per version by default
         "code_version": "test",
         "run_id": version,
         "written_at": audit.now(),
@@ -79,10 +79,12 @@ def write(spark, wh: str, table: str, version: str, release: str) -> str:
     return qualify(path)
 
 
-def build(spark, wh: str, layer, version: str, release: str, *, passed: bool = True) -> str:
+def build(
+    spark, wh: str, layer, version: str, release: str, *, passed: bool = True, checksum: str = ""
+) -> str:
     """A layer's shadow partitions at HOUR and its checks' outcomes; returns the location
     of its main table."""
-    locations = [write(spark, wh, shadow, version, release) for shadow, _ in layer.pairs]
+    locations = [write(spark, wh, shadow, version, release, checksum) for shadow, _ in layer.pairs]
     failing = {} if passed else {HOUR: "failed on purpose"}
     common.record_all(
         spark, wh, layer.checked_table, version, [HOUR], {n: failing for n in layer.checks}
@@ -112,10 +114,10 @@ def read(spark, wh: str, release: str, reader, upstream, source: str, version, l
     )
 
 
-def full_release(spark, wh: str, release: str, version: str) -> None:
-    raw = build(spark, wh, RAW, version, release)
-    transformed = build(spark, wh, TRANSFORMED, version, release)
-    build(spark, wh, AGGREGATED, version, release)
+def full_release(spark, wh: str, release: str, version: str, checksum: str = "") -> None:
+    raw = build(spark, wh, RAW, version, release, checksum=checksum)
+    transformed = build(spark, wh, TRANSFORMED, version, release, checksum=checksum)
+    build(spark, wh, AGGREGATED, version, release, checksum=checksum)
     of_release = publisher.SOURCE_RELEASE
     read(spark, wh, release, TRANSFORMED, RAW, of_release, version, raw)
     read(spark, wh, release, AGGREGATED, TRANSFORMED, of_release, version, transformed)
@@ -244,6 +246,22 @@ def test_an_older_build_is_not_published_over_a_newer_one(spark, wh):
     assert {o.status for o in plan.outcomes} == {publisher.HELD_BACK}
     assert all(any("is newer than version vold" in r for r in o.reasons) for o in plan.outcomes)
     assert set(live(spark).values()) == {"vnew"}
+
+
+def test_an_older_build_of_the_same_rows_leaves_the_newer_one_published(spark, wh):
+    """Two backfills of the same input (deterministic: the same rows) publish in either
+    order: the older one finds its rows published already, not a newer version to undo."""
+    full_release(spark, wh, "r0", "v0")
+    publish(spark, wh, "r0")
+    full_release(spark, wh, "old", "vold", checksum="3:same")
+    full_release(spark, wh, "new", "vnew", checksum="3:same")
+    publish(spark, wh, "new")
+
+    plan = publish(spark, wh, "old")
+
+    assert {o.status for o in plan.outcomes} == {publisher.UNCHANGED}
+    assert set(live(spark).values()) == {"vnew"}
+    assert publisher.verify(spark, TABLES) == []
 
 
 def test_rollback_of_a_release_published_twice_restores_what_was_before_it(spark, wh):
