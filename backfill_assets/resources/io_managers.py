@@ -117,11 +117,16 @@ def _stats_groups(df: DataFrame, extra: Mapping[str, Column] | None = None) -> l
 class WithRules:
     """A frame to write, and the pandera model its check evaluates: the read-back that
     measures what was written counts the model's rules (and the check's ``extra``
-    aggregates) in the same scan, for the check step of the same run (``rules.precount``)."""
+    aggregates) in the same scan, for the check step of the same run (``rules.precount``).
+
+    ``cached``: the frame's rows are deterministic and cached by the asset (persisted
+    before the write): they are measured in the cache, as ``Measured`` rows are, instead of
+    reading the written files back."""
 
     frame: DataFrame
     model: type
     extra: Mapping[str, Column] = field(default_factory=dict)
+    cached: bool = False
 
 
 def stats_and_rules(table: str, version: str, written: DataFrame, checked: WithRules) -> Stats:
@@ -222,9 +227,13 @@ class ShadowTableIOManager(dg.ConfigurableIOManager):
             for h in hours
         )
         self.spark.sql(f"ALTER TABLE {table} ADD IF NOT EXISTS {clauses}")  # refreshes it
-        if stats is None:  # read back what was written: one Spark action
-            written = self.spark.table(table).where(
-                (F.col("version") == version) & F.col("hour").isin(hours)
+        if stats is None:  # read back what was written (or its cache): one Spark action
+            written = (
+                obj
+                if checked is not None and checked.cached
+                else self.spark.table(table).where(
+                    (F.col("version") == version) & F.col("hour").isin(hours)
+                )
             )
             stats = (
                 partition_stats(written)

@@ -185,3 +185,36 @@ def test_distinct_session_hours_keep_the_copy_the_deduplication_keeps(spark):
         got = assign_distinct_session_hours(df, first, last, 3, 3)
         assert sorted_rows(got) == sorted_rows(expected)
         assert got.groupBy(*keys, "payload_id").count().where("count > 1").count() == 0
+
+
+def test_a_session_takes_its_own_first_row_even_where_that_row_holds_nulls(spark) -> None:
+    """Entry URL and device are those of the session's first payload, also when they are
+    null there (as ``min_by`` gives them): never the previous session's; the digest of the
+    payload ids is per session."""
+    from backfill_assets.layers.aggregated import sessionize
+
+    rows = [
+        payload("p1", "a", "2026-11-20T05:00:00", url="https://a.example/one", device="mobile"),
+        payload("p2", "a", "2026-11-20T05:10:00", url="https://a.example/two", kind="click"),
+        # an hour later: a new session whose first payload has neither URL nor device
+        (*payload("p3", "a", "2026-11-20T06:30:00")[:6], None, None, "2026-11-20T06"),
+        payload("p4", "a", "2026-11-20T06:40:00", url="https://a.example/four", device="tablet"),
+    ]
+    df = spark.createDataFrame(rows, SCHEMA)
+    sessions = sorted(
+        sessionize(df.withColumn("k", F.lit(0)), ["k"], with_payload_digest=True).collect(),
+        key=lambda r: r["session_start_at"],
+    )
+    assert [(s["entry_url"], s["exit_url"], s["device"]) for s in sessions] == [
+        ("https://a.example/one", "https://a.example/two", "mobile"),
+        (None, "https://a.example/four", None),
+    ]
+    assert [(s["payload_count"], s["pageview_count"]) for s in sessions] == [(2, 1), (2, 2)]
+    digests = {
+        ids: spark.sql(
+            f"select cast(sum(cast(xxhash64(id) as decimal(38,0))) as string) from "
+            f"values {', '.join(repr(i) for i in ids)} as t(id)"
+        ).first()[0]
+        for ids in (("p1", "p2"), ("p3", "p4"))
+    }
+    assert [s["payload_digest"] for s in sessions] == list(digests.values())

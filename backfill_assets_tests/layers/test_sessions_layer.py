@@ -30,6 +30,7 @@ from backfill_assets.layers.urls import normalize_url
 from backfill_assets.partitions import hour_range, parse_hour, shift_hour
 from backfill_assets.publishing import audit
 from backfill_assets.publishing.tables import partition_locations, published_hours
+from backfill_assets.resources.io_managers import partition_stats
 
 START, HOURS = "2026-11-20T00", 15
 RECEIVED = hour_range(START, shift_hour(START, HOURS - 1))  # 00..14
@@ -160,6 +161,11 @@ def test_releases_build_the_three_layers_one_run_per_range(spark, built: Scenari
             for r in collect(spark, table, "run_id", "code_version")
         }
         assert lineage == {(run_ids[layer], version)}
+    # The sessions' rows and checksums are measured over the cache the build wrote from
+    # (io_managers.WithRules cached): they are those of the written files read back.
+    written = spark.table("shadow.sessions").where(F.col("version") == run_ids["aggregated"])
+    recorded = checksums(spark, "shadow.sessions", run_ids["aggregated"])
+    assert recorded == {hour: stats[1] for hour, stats in partition_stats(written).items()}
 
 
 def test_transformed_has_each_distinct_payload_of_the_hour_once_with_url_normalized(
