@@ -101,14 +101,27 @@ def warehouse(spark, base_settings: Settings) -> None:
     empty_warehouse(spark, base_settings)
 
 
+MEMORY_FS = Path("/dev/shm")
+
+
 @pytest.fixture
-def instance(tmp_path: Path) -> dg.DagsterInstance:
-    """A real SQLite-backed Dagster instance in a temporary DAGSTER_HOME."""
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    with dg.DagsterInstance.local_temp(
-        str(home), overrides={"telemetry": {"enabled": False}}
-    ) as inst:
+def instance(tmp_path: Path) -> Iterator[dg.DagsterInstance]:
+    """A real SQLite-backed Dagster instance in a temporary DAGSTER_HOME.
+
+    In memory (``/dev/shm``) where the machine has it, else beside the test's files: Dagster
+    stores each event as its own SQLite transactions, each waiting for its sync to disk (a
+    run of 164 events took 1.9-2.1 s on this VM's disk and 1.2-1.4 s there); the storage
+    and what it does are the same."""
+    import os
+    import tempfile
+
+    memory = MEMORY_FS.is_dir() and os.access(MEMORY_FS, os.W_OK)
+    with (
+        tempfile.TemporaryDirectory(
+            prefix="backfill-assets-dagster-home-", dir=MEMORY_FS if memory else tmp_path
+        ) as home,
+        dg.DagsterInstance.local_temp(home, overrides={"telemetry": {"enabled": False}}) as inst,
+    ):
         yield inst
 
 
