@@ -448,27 +448,20 @@ def plan_release(
                     continue
                 was = current[published].get(hour)
                 before = written.get(was or "", {})
-                if (
+                newer_live = (
                     was
                     and was != row["location"]
                     and before.get("written_at") is not None
                     and before["written_at"] > row["written_at"]
+                )
+                if newer_live and (before.get("checksum"), before.get("row_count")) == (
+                    row["checksum"],
+                    row["row_count"],
                 ):
-                    if (before.get("checksum"), before.get("row_count")) == (
-                        row["checksum"],
-                        row["row_count"],
-                    ):
-                        # the same rows as the newer version (two backfills of the same
-                        # input): what is published already holds them, nothing moves
-                        outcome.tables[published] = {
-                            "previous_location": was,
-                            "new_location": was,
-                            "row_count": before["row_count"],
-                            "previous_row_count": int(before["row_count"] or 0),
-                            "checksum": before["checksum"],
-                            "code_version": row["code_version"],
-                        }
-                        continue
+                    # the same rows as the newer version (two backfills of the same input):
+                    # what is published already holds them, nothing moves
+                    row = {**row, "location": was}
+                elif newer_live:
                     # an older build over a newer one (an old command run again, a release
                     # approved late): going back is a rollback's job, not a publish's
                     outcome.reasons.append(

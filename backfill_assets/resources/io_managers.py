@@ -8,8 +8,9 @@ published pointer to it can never change under a reader. Each partition's row co
 checksum are recorded in ``audit.shadow_partitions`` (with the release id: the Dagster
 backfill, else the run) and in the output's metadata: read back from the written rows, or
 measured by the asset over the rows it wrote (``Measured``). An output ``WithRules`` names
-the pandera model its check evaluates: the read-back counts the model's rules too, for the
-check step of the same run (``checks.rules.precount``), which then scans nothing.
+the pandera model its check evaluates: the read-back (or, for rows the asset cached, the
+cache) counts the model's rules too, for the check step of the same run
+(``checks.rules.precount``), which then scans nothing.
 
 Inputs are the upstream shadow asset of the same release: for each upstream hour the
 input reads, the newest version the *release* wrote if it rebuilt that hour, else the
