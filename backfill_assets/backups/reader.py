@@ -19,9 +19,11 @@ number of lines only the Python reference can judge:
   driver when they are few (at most ``DRIVER_JUDGED_LINES`` lines and
   ``DRIVER_JUDGED_BYTES``: no Python worker to start), else in a Python worker; a valid
   line never does.
-- **Caches**: the judged lines are cached once; everything but the valid lines (quarantined,
-  undecided, file and read rows: few) is cached apart, so the counts and the quarantine
-  write never scan the valid lines again.
+- **Caches**: the judged lines are cached once, by the caller's first action over the valid
+  lines (``JudgedLines.bulk``; the raw layer's counts: the cache costs no job of its own);
+  everything but the valid lines (quarantined, undecided, file and read rows: few) is
+  cached apart after that, so the counts and the quarantine write never scan the valid
+  lines again.
 
 Every line comes out exactly once: as a payload, or as a quarantine row with its file, line
 number, reason and raw text.
@@ -29,8 +31,9 @@ number, reason and raw text.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from typing import TypeVar
 
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -261,6 +264,49 @@ def _judge_undecided(
     )
 
 
+_ADAPTIVE = "spark.sql.adaptive.enabled"
+T = TypeVar("T")
+
+
+class JudgedLines:
+    """What ``read_folders`` yields: every line judged (schema ``PARSED_SCHEMA``), in two
+    parts. ``bulk``: the lines the JVM judged valid (nearly all of them); the caller's
+    first action over it is the one that reads, judges and caches the files, so it should
+    be one the caller needs anyway (the raw layer's counts). ``rest``: every other row
+    (quarantined lines, lines judged by the Python reference, file-level rows: few), judged
+    from the cache when first asked for. ``all``: both. (From a store Spark cannot open,
+    the executors' reader judges every line in one pass: ``bulk`` is every row of every
+    kind and ``rest`` is empty.)"""
+
+    def __init__(self, bulk: DataFrame, rest: Callable[[], DataFrame]):
+        self.bulk = bulk
+        self._judge_rest = rest
+        self._rest: DataFrame | None = None
+
+    def first_pass(self, action: Callable[[DataFrame], T]) -> T:
+        """``action(bulk)``, the caller's first action: in the same pass as the reading,
+        judging and caching of the files. Adaptive execution would fill the cache in a job
+        of its own (a table-cache query stage) and then scan it again for the action; it is
+        off for this one action, so that the action's first stage fills the cache."""
+        conf = self.bulk.sparkSession.conf
+        was = conf.get(_ADAPTIVE)
+        conf.set(_ADAPTIVE, "false")
+        try:
+            return action(self.bulk)
+        finally:
+            conf.set(_ADAPTIVE, was)
+
+    @property
+    def rest(self) -> DataFrame:
+        if self._rest is None:
+            self._rest = self._judge_rest()
+        return self._rest
+
+    @property
+    def all(self) -> DataFrame:
+        return self.bulk.unionByName(self.rest)
+
+
 @contextmanager
 def read_folders(
     spark: SparkSession,
@@ -268,11 +314,11 @@ def read_folders(
     folders: list[Folder],
     *,
     driver_judged_lines: int = DRIVER_JUDGED_LINES,
-) -> Iterator[DataFrame]:
-    """Every line of the closed folders' part files, judged (schema ``PARSED_SCHEMA``).
+) -> Iterator[JudgedLines]:
+    """Every line of the closed folders' part files, judged (``JudgedLines``).
 
     A context manager: the judged lines are cached (memory and disk) while the caller uses
-    the frame (it may run several Spark actions on it) and released on exit.
+    them (it may run several Spark actions on them) and released on exit.
     ``driver_judged_lines``: the most undecided lines judged on the driver.
     """
     hour_starts = {f.hour: int(parse_hour(f.hour).timestamp() * 1000) for f in folders}
@@ -281,7 +327,8 @@ def read_folders(
         for folder, f in unique_files(folders)
     ]
     if not expected:
-        yield spark.createDataFrame([], PARSED_SCHEMA)
+        empty = spark.createDataFrame([], PARSED_SCHEMA)
+        yield JudgedLines(empty, lambda: empty)
         return
     if not store.spark_reads_files():
         from backfill_assets.backups.reader_executors import read_with_executors
@@ -291,7 +338,7 @@ def read_folders(
             StorageLevel.MEMORY_AND_DISK
         )
         try:
-            yield parsed
+            yield JudgedLines(parsed, lambda: spark.createDataFrame([], PARSED_SCHEMA))
         finally:
             parsed.unpersist()
         return
@@ -300,24 +347,26 @@ def read_folders(
         StorageLevel.MEMORY_AND_DISK
     )
     kind = F.col("kind")
-    # The few rows that are not valid lines, cached apart in a few partitions: the counts,
-    # the undecided lines and the quarantine write read them without scanning the valid
-    # lines again (nor scheduling a task per partition of the judged lines). A shuffle,
-    # not a coalesce: the judge itself keeps one task per file split.
-    side = (
-        judged.where(kind != KIND_PAYLOAD)
-        .repartition(spark.sparkContext.defaultParallelism)
-        .persist(StorageLevel.MEMORY_AND_DISK)
-    )
-    undecided = None
-    try:
+    held = [judged]  # what is cached, released on exit
+
+    def rest() -> DataFrame:
+        # The few rows that are not valid lines, cached apart in a few partitions: the
+        # counts, the undecided lines and the quarantine write read them without scanning
+        # the valid lines again (nor scheduling a task per partition of the judged lines).
+        # A shuffle, not a coalesce: the judge itself keeps one task per file split.
+        side = (
+            judged.where(kind != KIND_PAYLOAD)
+            .repartition(spark.sparkContext.defaultParallelism)
+            .persist(StorageLevel.MEMORY_AND_DISK)
+        )
+        held.append(side)
         undecided = _judge_undecided(
             spark,
             side.where(kind == _KIND_UNDECIDED).select(*_UNDECIDED_COLUMNS),
             hour_starts,
             driver_judged_lines,
         )
-        decided = judged.where(kind == KIND_PAYLOAD).select(*COLUMNS)
+        held.append(undecided)
         rejected = side.where(kind == KIND_QUARANTINE).select(*COLUMNS)
         files = side.where(kind == _KIND_FILE)
         read = side.where(kind == _KIND_READ).select("file")
@@ -342,9 +391,10 @@ def read_folders(
             .withColumn("kind", F.lit(KIND_QUARANTINE))
             .select(*COLUMNS)
         )
-        yield decided.unionByName(rejected).unionByName(undecided).unionByName(file_rows)
+        return rejected.unionByName(undecided).unionByName(file_rows)
+
+    try:
+        yield JudgedLines(judged.where(kind == KIND_PAYLOAD).select(*COLUMNS), rest)
     finally:
-        if undecided is not None:
-            undecided.unpersist()
-        side.unpersist()
-        judged.unpersist()
+        for frame in reversed(held):
+            frame.unpersist()

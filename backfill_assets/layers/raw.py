@@ -3,6 +3,7 @@
 import time
 
 import dagster as dg
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from backfill_assets.backups.inventory import take_inventory
@@ -24,7 +25,7 @@ from backfill_assets.publishing.tables import run_id, table_key
 from backfill_assets.resources.backup_store import BackupStore
 from backfill_assets.resources.io_managers import (
     Measured,
-    data_columns,
+    added_groups,
     stats_aggregates,
     stats_of,
 )
@@ -78,6 +79,27 @@ LAYER = Layer(
 )
 
 
+def _counts(parsed: DataFrame) -> list[dict]:
+    """Per (hour, client) of judged lines (with lineage and the erasure mark), in one Spark
+    action: valid lines whose received_at is outside their folder's hour (contract: they
+    belong to the folder's hour; a measure of clock skew and redelivery), lines left out as
+    erased, the rows and checksum of the payloads to write (no read-back after the write),
+    and the payloads breaking a pandera rule, for the check step (no second scan)."""
+    is_payload = (F.col("kind") == KIND_PAYLOAD) & ~F.col("_erased")
+    stats = stats_aggregates(PAYLOAD_COLUMNS, where=is_payload)  # the written data columns
+    rows = (
+        parsed.groupBy("hour", "client_id")
+        .agg(
+            F.sum((is_payload & F.col("received_outside_hour")).cast("int")).alias("outside"),
+            F.sum(F.col("_erased").cast("int")).alias("erased"),
+            rules.broken_count(RawPayloadSchema, where=is_payload).alias("broken"),
+            *[column.alias(name) for name, column in stats.items()],
+        )
+        .collect()
+    )
+    return [row.asDict() for row in rows]
+
+
 @dg.multi_asset(
     name="raw_shadow",
     outs={
@@ -128,35 +150,27 @@ def raw_shadow(
     if erasures:
         context.log.info(f"honouring {len(erasures)} erasure(s): their users' lines are left out")
     with read_folders(spark, backups, folders) as lines:
-        parsed = with_lineage(lines, context, CODE_VERSION)
-        parsed = parsed.withColumn("_erased", erasure.line_erased(erasures, erasure.salt()))
+
+        def marked(judged: DataFrame) -> DataFrame:  # lineage columns and the erasure mark
+            parsed = with_lineage(judged, context, CODE_VERSION)
+            return parsed.withColumn("_erased", erasure.line_erased(erasures, erasure.salt()))
+
+        # The per-(hour, client) counts: over the valid lines first (the action that reads,
+        # judges and caches the files), then over the few other rows; added up.
+        first = lines.first_pass(lambda bulk: _counts(marked(bulk)))
+        counted = added_groups([*first, *_counts(marked(lines.rest))], ("hour", "client_id"))
+        parsed = marked(lines.all)
         kept = parsed.where(~F.col("_erased"))
         is_payload = (F.col("kind") == KIND_PAYLOAD) & ~F.col("_erased")
         payloads = parsed.where(is_payload).select(
             *PAYLOAD_COLUMNS, "run_id", "code_version", "hour"
-        )
-        # One action over the cached lines for the per-(hour, client) counts: valid lines
-        # whose received_at is outside their folder's hour (contract: they belong to the
-        # folder's hour; a measure of clock skew and redelivery), lines left out as erased,
-        # the rows and checksum of the payloads to write (no read-back after the write),
-        # and the payloads breaking a pandera rule, for the check step (no second scan).
-        stats = stats_aggregates(data_columns(payloads), where=is_payload)
-        counted = (
-            parsed.groupBy("hour", "client_id")
-            .agg(
-                F.sum((is_payload & F.col("received_outside_hour")).cast("int")).alias("outside"),
-                F.sum(F.col("_erased").cast("int")).alias("erased"),
-                rules.broken_count(RawPayloadSchema, where=is_payload).alias("broken"),
-                *[column.alias(name) for name, column in stats.items()],
-            )
-            .collect()
         )
         rules.precount(
             LAYER.checked_table,
             run_id(context.run_id),
             RawPayloadSchema,
             RULES_BY,
-            [row.asDict() for row in counted],
+            counted,
         )
         outside: dict[str, int] = {}
         erased_lines: dict[str, int] = {}

@@ -3,9 +3,9 @@
 Checks prove that a candidate is well formed, not that it is right: a wrong backup root, a
 tree that shrank or a transform bug can pass every row rule and still halve an hour. So,
 when a release would replace a published hour, the publisher compares the candidate with
-the version it replaces on a few measures per table (rows, distinct keys, users, sessions,
-sums of the key counts; ``MEASURES``) and holds the hour when one of them moves beyond
-the configured limits, with a result that names the change::
+the version it replaces on a few measures per table (rows or sessions, as their builds
+recorded them; users, payloads in sessions: one Spark job per table) and holds the hour
+when one of them moves beyond the configured limits, with a result that names the change::
 
     raw 2026-11-20T04: rows 8,210 -> 4,012, -51%, over the 20% limit
 
@@ -40,21 +40,23 @@ PREFIX = "change gate: "  # how a gate's finding starts among an hour's held-bac
 Key = tuple[str, str]  # (hour, version)
 
 
+# The measure that is a shadow partition's row count: recorded by the build that wrote it
+# (``audit.shadow_partitions``), never counted again.
+COUNTED = {
+    "shadow.raw_payloads": "rows",
+    "shadow.transformed_payloads": "rows",
+    "shadow.sessions": "sessions",
+}
+
+
 def _measures(table: str) -> dict[str, Column]:
-    """What a gate compares for a shadow table (built on demand: Columns need Spark)."""
+    """What a gate scans a shadow table for (built on demand: Columns need Spark). The raw
+    hour's distinct payloads and users are the transformed hour's rows and users: gated
+    there, not scanned twice."""
     users = F.countDistinct("client_id", "user_id")
     return {
-        "shadow.raw_payloads": {
-            "rows": F.count(F.lit(1)),
-            "distinct payload_ids": F.countDistinct("payload_id"),
-            "users": users,
-        },
-        "shadow.transformed_payloads": {"rows": F.count(F.lit(1)), "users": users},
-        "shadow.sessions": {
-            "sessions": F.count(F.lit(1)),
-            "users": users,
-            "payloads": F.sum("payload_count"),
-        },
+        "shadow.transformed_payloads": {"users": users},
+        "shadow.sessions": {"users": users, "payloads": F.sum("payload_count")},
     }.get(table, {})
 
 
@@ -99,23 +101,34 @@ class Limits:
         return f"{measure} {moved}, over the {limit:.0%} limit"
 
 
-def measure(spark: SparkSession, table: str, keys: set[Key]) -> dict[Key, dict[str, float]]:
-    """(hour, version) -> measure -> value for ``keys`` of a shadow table: one Spark job
-    (partition pruning on hour and version, only the measured columns read)."""
+def measure(
+    spark: SparkSession, table: str, keys: set[Key], row_counts: Mapping[Key, int]
+) -> dict[Key, dict[str, float]]:
+    """(hour, version) -> measure -> value for ``keys`` of a shadow table: the recorded
+    ``row_counts`` of the versions, and the measures that need the rows in one Spark job
+    (partition pruning on hour and version, only the measured columns read), none for a
+    table whose only measure is its row count."""
+    counted = COUNTED.get(table)
     measures = _measures(table)
-    if not keys or not measures:
+    if not keys or not (counted or measures):
         return {}
-    hours, versions = sorted({h for h, _ in keys}), sorted({v for _, v in keys})
-    rows = (
-        spark.table(table)
-        .where(F.col("hour").isin(hours) & F.col("version").isin(versions))
-        .groupBy("hour", "version")
-        .agg(*[expr.alias(name) for name, expr in measures.items()])
-        .collect()
-    )
-    found = {(r["hour"], r["version"]): r.asDict() for r in rows}
+    found: dict[Key, dict] = {}
+    if measures:
+        hours, versions = sorted({h for h, _ in keys}), sorted({v for _, v in keys})
+        rows = (
+            spark.table(table)
+            .where(F.col("hour").isin(hours) & F.col("version").isin(versions))
+            .groupBy("hour", "version")
+            .agg(*[expr.alias(name) for name, expr in measures.items()])
+            .collect()
+        )
+        found = {(r["hour"], r["version"]): r.asDict() for r in rows}
     return {
-        key: {name: float(found.get(key, {}).get(name) or 0) for name in measures} for key in keys
+        key: {
+            **({counted: float(row_counts.get(key) or 0)} if counted else {}),
+            **{name: float(found.get(key, {}).get(name) or 0) for name in measures},
+        }
+        for key in keys
     }
 
 

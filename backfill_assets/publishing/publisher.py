@@ -293,16 +293,25 @@ def _gate_measures(
     written: Mapping[str, dict],
 ) -> dict[str, dict[gates.Key, dict[str, float]]]:
     """Per shadow table, the gates' measures of each candidate that replaces a published
-    version and of the version it replaces: one Spark job per table, none when nothing
-    published is replaced."""
+    version and of the version it replaces: their recorded row counts, and at most one
+    Spark job per table for the rest; none when nothing published is replaced by other
+    rows."""
     keys: dict[str, set[gates.Key]] = {}
+    row_counts: dict[str, dict[gates.Key, int]] = {}
     for (shadow, hour), row in candidates.items():
         was = current.get(published_of.get(shadow, ""), {}).get(hour)
         if was and was != row["location"] and was in written:
-            keys.setdefault(shadow, set()).update(
-                {(hour, row["version"]), (hour, written[was]["version"])}
+            old = written[was]
+            if (old["checksum"], old["row_count"]) == (row["checksum"], row["row_count"]):
+                continue  # the same rows (a rebuild of the same input): nothing can move
+            keys.setdefault(shadow, set()).update({(hour, row["version"]), (hour, old["version"])})
+            row_counts.setdefault(shadow, {}).update(
+                {(hour, row["version"]): row["row_count"], (hour, old["version"]): old["row_count"]}
             )
-    return {table: gates.measure(spark, table, wanted) for table, wanted in keys.items()}
+    return {
+        table: gates.measure(spark, table, wanted, row_counts[table])
+        for table, wanted in keys.items()
+    }
 
 
 def deleted_by(deletion: Mapping) -> str:

@@ -92,6 +92,26 @@ def stats_of(groups: Iterable[Mapping]) -> Stats:
     }
 
 
+def added_groups(groups: Iterable[Mapping], keys: tuple[str, ...]) -> list[dict]:
+    """The groups of several aggregations of the same counts and sums (``stats_aggregates``
+    and the like, over disjoint rows) added up per ``keys``: numbers added, strings (the
+    code version, a max) the greatest; None where every group has None (a sum of no rows)."""
+    merged: dict[tuple, dict] = {}
+    for group in groups:
+        into = merged.setdefault(tuple(group[k] for k in keys), {k: group[k] for k in keys})
+        for name, value in group.items():
+            have = into.get(name)
+            if name in keys or value is None:
+                into.setdefault(name, None)
+            elif have is None:
+                into[name] = value
+            elif isinstance(value, str):
+                into[name] = max(have, value)
+            else:
+                into[name] = have + value
+    return list(merged.values())
+
+
 def partition_stats(df: DataFrame) -> Stats:
     """Rows, an order-independent checksum and the code version per hour, in one Spark action.
 

@@ -9,6 +9,7 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import write_backup_folder, zst
 from pyspark.sql import functions as F
 
@@ -32,7 +33,9 @@ class FetchingStore(LocalBackupStore):
 def _rows(spark, store, **options) -> list[tuple]:
     folders = [f for h in take_inventory(store, [HOUR]).values() for f in h.folders]
     with read_folders(spark, store, folders, **options) as lines:
-        return sorted((tuple(r) for r in lines.select(*COLUMNS).collect()), key=lambda r: repr(r))
+        return sorted(
+            (tuple(r) for r in lines.all.select(*COLUMNS).collect()), key=lambda r: repr(r)
+        )
 
 
 def _reason_kind(row: tuple) -> tuple:
@@ -99,5 +102,37 @@ def test_a_file_listed_twice_is_read_once_by_both_readers(spark, tmp_path: Path)
     for reading in (store, FetchingStore(root=str(tmp_path))):
         for folders in ([listed], [doubled]):
             with read_folders(spark, reading, folders) as rows:
-                numbers = sorted(r.line_number for r in rows.select("line_number").collect())
+                numbers = sorted(r.line_number for r in rows.all.select("line_number").collect())
             assert numbers == list(range(1, len(lines) + 1)), type(reading).__name__
+
+
+def test_the_first_pass_over_the_valid_lines_holds_only_them_and_restores_the_session(
+    spark, tmp_path: Path
+):
+    """``bulk`` holds lines the JVM found valid and ``rest`` every other row (quarantined, and
+    those the reference judged, valid or not); the first pass runs
+    without adaptive execution (so that its own stage fills the cache) and gives the session
+    its setting back, also when the action fails."""
+    lines = edge_lines() + fuzz_lines(seed=9, count=200)
+    write_backup_folder(tmp_path, HOUR, CLIENT_ID, {"part-00000.jsonl.zst": zst(lines)})
+    store = LocalBackupStore(root=str(tmp_path))
+    folders = [f for h in take_inventory(store, [HOUR]).values() for f in h.folders]
+    adaptive = "spark.sql.adaptive.enabled"
+    before = spark.conf.get(adaptive)
+    with read_folders(spark, store, folders) as judged:
+        seen = judged.first_pass(
+            lambda bulk: (spark.conf.get(adaptive), [r.kind for r in bulk.collect()])
+        )
+        assert spark.conf.get(adaptive) == before
+        setting, kinds = seen
+        assert setting == "false" and set(kinds) == {"payload"}
+        rest = {r.kind for r in judged.rest.select("kind").collect()}
+        assert rest == {"payload", "quarantine"}  # the corpus has lines only Python decides
+        assert len(kinds) + judged.rest.count() == len(lines) == judged.all.count()
+
+        def fails(bulk):
+            raise RuntimeError("the action failed")
+
+        with pytest.raises(RuntimeError, match="the action failed"):
+            judged.first_pass(fails)
+        assert spark.conf.get(adaptive) == before

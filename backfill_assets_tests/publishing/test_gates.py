@@ -50,6 +50,25 @@ def test_limits_name_the_change_and_let_small_ones_through():
         gates.Limits.from_env({gates.ENV_MAX_DECREASE: "1.5"})
 
 
+def test_row_counts_are_the_recorded_ones_and_only_other_measures_scan(spark):
+    """A gate's row count is the one each version's build recorded: the raw gate, rows
+    only, runs no Spark job; the other tables' gates scan for the rest of their measures."""
+    keys = {(SMALL, "v1"), (SMALL, "v2")}
+    counts = {(SMALL, "v1"): 8210, (SMALL, "v2"): 4012}
+    assert gates.measure(spark, "shadow.not_gated", keys, counts) == {}
+    spark.sparkContext.setJobGroup("raw-gate", "the raw gate's measures")
+    try:
+        measured = gates.measure(spark, "shadow.raw_payloads", keys, counts)
+        assert spark.sparkContext.statusTracker().getJobIdsForGroup("raw-gate") == []
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    assert measured == {(SMALL, "v1"): {"rows": 8210.0}, (SMALL, "v2"): {"rows": 4012.0}}
+    finding = gates.findings(
+        gates.Limits(), "raw", SMALL, measured[(SMALL, "v1")], measured[(SMALL, "v2")]
+    )
+    assert finding == [f"raw {SMALL}: rows 8,210 -> 4,012, -51%, over the 20% limit"]
+
+
 def test_an_approval_needs_a_reason_and_valid_hours():
     with pytest.raises(dg.Failure, match="approval_reason"):
         approval_of(PublishConfig(release_id="r1", approve=True), {})

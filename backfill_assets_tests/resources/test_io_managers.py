@@ -46,3 +46,39 @@ def test_each_hour_is_read_at_its_release_version_by_partition_pruning(spark, tm
     assert "version" not in frame.columns
     plan = frame._jdf.queryExecution().executedPlan().toString()
     assert "Join" not in plan and "Exchange" not in plan  # pruned at the scan, not joined
+
+
+def test_groups_of_disjoint_aggregations_add_up_to_the_aggregation_of_all(spark):
+    """The raw layer counts its valid lines and its other rows in two actions: added up,
+    they are the counts and checksum one aggregation over every row gives."""
+    from pyspark.sql import functions as F
+
+    from backfill_assets.resources.io_managers import added_groups, stats_aggregates, stats_of
+
+    rows = [("2026-11-20T00", 1, f"p{i}", i % 3 == 0, "raw-1") for i in range(40)]
+    rows += [("2026-11-20T01", 2, None, False, None)]  # a group of the second part only
+    frame = spark.createDataFrame(
+        rows, "hour string, client_id long, payload_id string, odd boolean, code_version string"
+    )
+    kept = F.col("payload_id").isNotNull()
+
+    def aggregated(df):
+        return [
+            r.asDict()
+            for r in df.groupBy("hour", "client_id")
+            .agg(
+                F.sum(F.col("odd").cast("int")).alias("odd"),
+                *[c.alias(n) for n, c in stats_aggregates(["payload_id"], where=kept).items()],
+            )
+            .collect()
+        ]
+
+    whole = aggregated(frame)
+    parts = added_groups(
+        [*aggregated(frame.where("odd")), *aggregated(frame.where("not odd"))],
+        ("hour", "client_id"),
+    )
+    key = lambda g: (g["hour"], g["client_id"])  # noqa: E731
+    assert sorted(parts, key=key) == sorted(whole, key=key)
+    assert stats_of(parts) == stats_of(whole)
+    assert stats_of(parts)["2026-11-20T00"][0] == 40
