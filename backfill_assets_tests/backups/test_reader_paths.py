@@ -109,10 +109,10 @@ def test_a_file_listed_twice_is_read_once_by_both_readers(spark, tmp_path: Path)
 def test_the_first_pass_over_the_valid_lines_holds_only_them_and_restores_the_session(
     spark, tmp_path: Path
 ):
-    """``bulk`` holds lines the JVM found valid and ``rest`` every other row (quarantined, and
-    those the reference judged, valid or not); the first pass runs
-    without adaptive execution (so that its own stage fills the cache) and gives the session
-    its setting back, also when the action fails."""
+    """``bulk`` holds the lines the JVM found valid and ``rest`` every other row (quarantined,
+    and those the reference judged, valid or not); the first pass runs without adaptive
+    execution (so that its own stage fills the cache) and gives the session its setting
+    back, also when the action fails."""
     lines = edge_lines() + fuzz_lines(seed=9, count=200)
     write_backup_folder(tmp_path, HOUR, CLIENT_ID, {"part-00000.jsonl.zst": zst(lines)})
     store = LocalBackupStore(root=str(tmp_path))

@@ -1,12 +1,19 @@
-"""The shadow IO manager's upstream view: which version of each hour a build reads."""
+"""The shadow IO manager: its upstream view (which version of each hour a build reads) and
+the statistics it adds up from several aggregations."""
 
 from pathlib import Path
 
 import pytest
+from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
 from backfill_assets.publishing.tables import ensure_table
-from backfill_assets.resources.io_managers import UpstreamView
+from backfill_assets.resources.io_managers import (
+    UpstreamView,
+    added_groups,
+    stats_aggregates,
+    stats_of,
+)
 
 TABLE = "shadow.upstream_probe"
 SCHEMA = StructType([StructField(c, StringType()) for c in ("payload_id", "hour", "version")])
@@ -51,10 +58,6 @@ def test_each_hour_is_read_at_its_release_version_by_partition_pruning(spark, tm
 def test_groups_of_disjoint_aggregations_add_up_to_the_aggregation_of_all(spark):
     """The raw layer counts its valid lines and its other rows in two actions: added up,
     they are the counts and checksum one aggregation over every row gives."""
-    from pyspark.sql import functions as F
-
-    from backfill_assets.resources.io_managers import added_groups, stats_aggregates, stats_of
-
     rows = [("2026-11-20T00", 1, f"p{i}", i % 3 == 0, "raw-1") for i in range(40)]
     rows += [("2026-11-20T01", 2, None, False, None)]  # a group of the second part only
     frame = spark.createDataFrame(
@@ -78,7 +81,10 @@ def test_groups_of_disjoint_aggregations_add_up_to_the_aggregation_of_all(spark)
         [*aggregated(frame.where("odd")), *aggregated(frame.where("not odd"))],
         ("hour", "client_id"),
     )
-    key = lambda g: (g["hour"], g["client_id"])  # noqa: E731
+
+    def key(group: dict) -> tuple:
+        return group["hour"], group["client_id"]
+
     assert sorted(parts, key=key) == sorted(whole, key=key)
     assert stats_of(parts) == stats_of(whole)
     assert stats_of(parts)["2026-11-20T00"][0] == 40
