@@ -265,7 +265,7 @@ def _judge_undecided(
 
 
 _ADAPTIVE = "spark.sql.adaptive.enabled"
-T = TypeVar("T")
+_T = TypeVar("_T")
 
 
 class JudgedLines:
@@ -283,7 +283,7 @@ class JudgedLines:
         self._judge_rest = rest
         self._rest: DataFrame | None = None
 
-    def first_pass(self, action: Callable[[DataFrame], T]) -> T:
+    def first_pass(self, action: Callable[[DataFrame], _T]) -> _T:
         """``action(bulk)``, the caller's first action: in the same pass as the reading,
         judging and caching of the files. Adaptive execution would fill the cache in a job
         of its own (a table-cache query stage) and then scan it again for the action; it is

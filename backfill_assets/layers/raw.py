@@ -3,7 +3,7 @@
 import time
 
 import dagster as dg
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from backfill_assets.backups.inventory import take_inventory
@@ -79,13 +79,18 @@ LAYER = Layer(
 )
 
 
+def _is_payload() -> Column:
+    """A judged line (with the erasure mark) that becomes a payload row."""
+    return (F.col("kind") == KIND_PAYLOAD) & ~F.col("_erased")
+
+
 def _counts(parsed: DataFrame) -> list[dict]:
     """Per (hour, client) of judged lines (with lineage and the erasure mark), in one Spark
     action: valid lines whose received_at is outside their folder's hour (contract: they
     belong to the folder's hour; a measure of clock skew and redelivery), lines left out as
     erased, the rows and checksum of the payloads to write (no read-back after the write),
     and the payloads breaking a pandera rule, for the check step (no second scan)."""
-    is_payload = (F.col("kind") == KIND_PAYLOAD) & ~F.col("_erased")
+    is_payload = _is_payload()
     stats = stats_aggregates(PAYLOAD_COLUMNS, where=is_payload)  # the written data columns
     rows = (
         parsed.groupBy("hour", "client_id")
@@ -161,8 +166,7 @@ def raw_shadow(
         counted = added_groups([*first, *_counts(marked(lines.rest))], ("hour", "client_id"))
         parsed = marked(lines.all)
         kept = parsed.where(~F.col("_erased"))
-        is_payload = (F.col("kind") == KIND_PAYLOAD) & ~F.col("_erased")
-        payloads = parsed.where(is_payload).select(
+        payloads = parsed.where(_is_payload()).select(
             *PAYLOAD_COLUMNS, "run_id", "code_version", "hour"
         )
         rules.precount(

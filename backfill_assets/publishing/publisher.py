@@ -296,22 +296,25 @@ def _gate_measures(
     version and of the version it replaces: their recorded row counts, and at most one
     Spark job per table for the rest; none when nothing published is replaced by other
     rows."""
-    keys: dict[str, set[gates.Key]] = {}
-    row_counts: dict[str, dict[gates.Key, int]] = {}
+    row_counts: dict[str, dict[gates.Key, int]] = {}  # table -> the versions to measure
     for (shadow, hour), row in candidates.items():
         was = current.get(published_of.get(shadow, ""), {}).get(hour)
         if was and was != row["location"] and was in written:
             old = written[was]
-            if (old["checksum"], old["row_count"]) == (row["checksum"], row["row_count"]):
-                continue  # the same rows (a rebuild of the same input): nothing can move
-            keys.setdefault(shadow, set()).update({(hour, row["version"]), (hour, old["version"])})
+            if _same_rows(old, row):
+                continue  # a rebuild of the same input: nothing can move
             row_counts.setdefault(shadow, {}).update(
                 {(hour, row["version"]): row["row_count"], (hour, old["version"]): old["row_count"]}
             )
     return {
-        table: gates.measure(spark, table, wanted, row_counts[table])
-        for table, wanted in keys.items()
+        table: gates.measure(spark, table, set(counts), counts)
+        for table, counts in row_counts.items()
     }
+
+
+def _same_rows(a: Mapping, b: Mapping) -> bool:
+    """Do two ``audit.shadow_partitions`` rows record the same rows (checksum and count)?"""
+    return (a.get("checksum"), a.get("row_count")) == (b.get("checksum"), b.get("row_count"))
 
 
 def deleted_by(deletion: Mapping) -> str:
@@ -463,10 +466,7 @@ def plan_release(
                     and before.get("written_at") is not None
                     and before["written_at"] > row["written_at"]
                 )
-                if newer_live and (before.get("checksum"), before.get("row_count")) == (
-                    row["checksum"],
-                    row["row_count"],
-                ):
+                if newer_live and _same_rows(before, row):
                     # the same rows as the newer version (two backfills of the same input):
                     # what is published already holds them, nothing moves
                     row = {**row, "location": was}
