@@ -40,7 +40,6 @@ CLIENT_MISMATCH = "client_mismatch"
 # File-level reasons (line_number is null): the file's lines could not be read at all.
 FILE_DIGEST_MISMATCH = "file_digest_mismatch"
 FILE_UNREADABLE = "file_unreadable"
-FILE_RECORDS_MISMATCH = "file_records_mismatch"
 
 _MIN_MS = 946_684_800_000  # 2000-01-01
 _MAX_MS = 4_102_444_800_000  # 2100-01-01

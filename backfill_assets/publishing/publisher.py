@@ -41,6 +41,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from pyspark.sql import SparkSession, Window
 from pyspark.sql import functions as F
@@ -277,12 +278,20 @@ def published_versions_checked(
     return found
 
 
-def approvals_of(spark: SparkSession, release_id: str) -> dict[tuple[str, str, str], dict]:
-    """(layer, hour, version) -> the recorded approval of the release's gate findings."""
+def approvals_of(spark: SparkSession, release_id: str) -> dict[tuple[str, str, str], list[dict]]:
+    """(layer, hour, version) -> the recorded approvals of the release's gate findings, oldest
+    first (each names the change it approved: ``gate``, the findings as they were then)."""
     if not table_exists(spark, audit.APPROVALS):
         return {}
     rows = audit.read(spark, audit.APPROVALS).where(F.col("release_id") == release_id)
-    return {(r["layer"], r["hour"], r["version"]): r.asDict() for r in rows.collect()}
+    found: dict[tuple[str, str, str], list[dict]] = {}
+    for r in sorted(rows.collect(), key=_approval_time):
+        found.setdefault((r["layer"], r["hour"], r["version"]), []).append(r.asDict())
+    return found
+
+
+def _approval_time(row) -> datetime:
+    return row["approved_at"] or datetime.min
 
 
 def _gate_measures(
@@ -498,16 +507,21 @@ def plan_release(
                     "code_version": row["code_version"],
                 }
             if outcome.gates:
-                key = (layer.name, hour, version)
-                if key in approved:
-                    outcome.approval = approved[key]
+                # An approval covers the change it was given for: the same findings (the
+                # same measures of the same candidate against what it replaces). If what is
+                # published moved since (a rollback, say), the change is another one.
+                change = "; ".join(outcome.gates)
+                given = approved.get((layer.name, hour, version), [])
+                covering = [a for a in given if a["gate"] == change]
+                if covering:
+                    outcome.approval = covering[-1]
                 elif approve is not None and approve.covers(hour) and not outcome.reasons:
                     outcome.approval = {
                         "release_id": release_id,
                         "layer": layer.name,
                         "hour": hour,
                         "version": version,
-                        "gate": "; ".join(outcome.gates),
+                        "gate": change,
                         "approved_by": approve.approved_by,
                         "reason": approve.reason,
                         "ticket": approve.ticket,
@@ -515,6 +529,12 @@ def plan_release(
                     new_approvals.append(outcome.approval)
                 else:
                     outcome.reasons += [gates.PREFIX + finding for finding in outcome.gates]
+                    if given:
+                        outcome.reasons.append(
+                            f"{gates.PREFIX}the approval on record (by "
+                            f"{given[-1]['approved_by'] or '?'}) was for another change: "
+                            f"{given[-1]['gate']}"
+                        )
             if outcome.reasons:
                 outcome.status = HELD_BACK
             elif all(t["previous_location"] == t["new_location"] for t in outcome.tables.values()):

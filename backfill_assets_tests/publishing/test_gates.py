@@ -88,7 +88,7 @@ def test_an_approval_needs_a_reason_and_valid_hours():
 
 
 def test_a_gate_holds_a_large_change_until_approved_and_lets_a_small_one_through(
-    spark, make_backups, run_release, instance: dg.DagsterInstance, tmp_path: Path
+    spark, make_backups, run_release, instance: dg.DagsterInstance, tmp_path: Path, base_settings
 ):
     backups = make_backups(hours=2)
     live = run_release(backups, SMALL, LARGE, layers=("raw",), downstream=False)
@@ -128,6 +128,38 @@ def test_a_gate_holds_a_large_change_until_approved_and_lets_a_small_one_through
     assert metadata["awaiting_approval"].value == [f"raw {LARGE}"]
     assert metadata["verdict"].value in failure
 
+    # An approval on record for another change of the hour (given when something else was
+    # published there, say) does not cover this one: still held, saying so.
+    version = rows_after.select("version").first()["version"]
+    other_change = f"raw {LARGE}: rows 1,000 -> 10, -99%, over the 20% limit"
+    audit.append(
+        spark,
+        base_settings.warehouse_dir,
+        audit.APPROVALS,
+        [
+            {
+                "release_id": release.release_id,
+                "layer": "raw",
+                "hour": LARGE,
+                "version": version,
+                "gate": other_change,
+                "approved_by": "mallory",
+                "reason": "an earlier change",
+                "approved_at": audit.now(),
+            }
+        ],
+    )
+    again = run_release(changed, SMALL, LARGE, publish_only=release.release_id)
+    assert not again.success
+    published = instance.get_latest_materialization_event(dg.AssetKey(["release", "publish"]))
+    assert published.run_id == again.run_of("release/publish").run_id
+    reasons = published.asset_materialization.metadata["held_back"].value[f"raw {LARGE}"]
+    assert reasons[0].startswith(expected), reasons
+    assert reasons[1] == (
+        f"change gate: the approval on record (by mallory) was for another change: {other_change}"
+    )
+    assert partition_locations(spark, "raw.payloads")[LARGE] == before[LARGE]
+
     # Approved: published by the same release, the approval on record with who and why.
     approved = run_release(
         changed,
@@ -143,7 +175,8 @@ def test_a_gate_holds_a_large_change_until_approved_and_lets_a_small_one_through
     assert approved.success, approved.failures
     after = partition_locations(spark, "raw.payloads")
     assert after[SMALL] == now[SMALL] and after[LARGE] != before[LARGE]
-    records = [r.asDict() for r in audit.read(spark, audit.APPROVALS).collect()]
+    approvals = audit.read(spark, audit.APPROVALS).where(F.col("approved_by") != "mallory")
+    records = [r.asDict() for r in approvals.collect()]
     assert len(records) == 1
     record = records[0]
     assert (record["release_id"], record["layer"], record["hour"]) == (
