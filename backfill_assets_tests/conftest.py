@@ -30,7 +30,7 @@ def temporary_files() -> Iterator[Path]:
     removes its own. Set here, before the first process starts, both reach every JVM and
     Python process of the suite: this one's Spark session and what the stack and fault
     tests start. (The production instance's compute log manager stages in the directory
-    its config names, ``/tmp/dagster-compute-logs``.)
+    its config names: the stack tests point it into their own Dagster home.)
 
     Traversable by other users (not listable): the stack's Postgres runs as its service
     user in a directory of its own below it."""

@@ -86,6 +86,9 @@ def _instance_config(home: Path) -> None:
     config = yaml.safe_load((PROJECT_ROOT / "deploy" / "dagster.production.yaml").read_text())
     config.pop("run_launcher")
     config["concurrency"]["runs"]["max_concurrent_runs"] = 4
+    # The runs stage their logs under this stack's home (removed with it), not in the
+    # machine's /tmp/dagster-compute-logs, where each run would leave a directory behind.
+    config["compute_logs"]["config"]["local_dir"] = str(home / "compute-logs")
     (home / "dagster.yaml").write_text(yaml.safe_dump(config))
 
 
