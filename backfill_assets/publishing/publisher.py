@@ -366,7 +366,8 @@ def plan_release(
     size: candidates, check results, reads, approvals, published locations (one listing per
     table), and one measuring job per table whose published hours it would replace.
     ``approve``: approve the change-gate findings of these hours now (the approvals to
-    record come back in ``ReleasePlan.approvals``); approvals recorded earlier count too.
+    record come back in ``ReleasePlan.approvals``); approvals recorded earlier count too,
+    for the change they were given for (the same gate findings).
     """
     limits = limits or gates.Limits()
     shadows = [s for layer in layers for s, _ in layer.pairs]
