@@ -102,19 +102,20 @@ class Limits:
 
 
 def measure(
-    spark: SparkSession, table: str, keys: set[Key], row_counts: Mapping[Key, int]
+    spark: SparkSession, table: str, row_counts: Mapping[Key, int]
 ) -> dict[Key, dict[str, float]]:
-    """(hour, version) -> measure -> value for ``keys`` of a shadow table: the recorded
-    ``row_counts`` of the versions, and the measures that need the rows in one Spark job
-    (partition pruning on hour and version, only the measured columns read), none for a
-    table whose only measure is its row count."""
+    """(hour, version) -> measure -> value for the versions of a shadow table that
+    ``row_counts`` holds (their recorded row counts), and the measures that need the rows
+    in one Spark job (partition pruning on hour and version, only the measured columns
+    read), none for a table whose only measure is its row count."""
     counted = COUNTED.get(table)
     measures = _measures(table)
-    if not keys or not (counted or measures):
+    if not row_counts or not (counted or measures):
         return {}
     found: dict[Key, dict] = {}
     if measures:
-        hours, versions = sorted({h for h, _ in keys}), sorted({v for _, v in keys})
+        hours = sorted({h for h, _ in row_counts})
+        versions = sorted({v for _, v in row_counts})
         rows = (
             spark.table(table)
             .where(F.col("hour").isin(hours) & F.col("version").isin(versions))
@@ -128,7 +129,7 @@ def measure(
             **({counted: float(row_counts.get(key) or 0)} if counted else {}),
             **{name: float(found.get(key, {}).get(name) or 0) for name in measures},
         }
-        for key in keys
+        for key in row_counts
     }
 
 

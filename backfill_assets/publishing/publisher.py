@@ -41,7 +41,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 
 from pyspark.sql import SparkSession, Window
 from pyspark.sql import functions as F
@@ -285,13 +284,9 @@ def approvals_of(spark: SparkSession, release_id: str) -> dict[tuple[str, str, s
         return {}
     rows = audit.read(spark, audit.APPROVALS).where(F.col("release_id") == release_id)
     found: dict[tuple[str, str, str], list[dict]] = {}
-    for r in sorted(rows.collect(), key=_approval_time):
+    for r in rows.orderBy("approved_at").collect():
         found.setdefault((r["layer"], r["hour"], r["version"]), []).append(r.asDict())
     return found
-
-
-def _approval_time(row) -> datetime:
-    return row["approved_at"] or datetime.min
 
 
 def _gate_measures(
@@ -315,10 +310,7 @@ def _gate_measures(
             row_counts.setdefault(shadow, {}).update(
                 {(hour, row["version"]): row["row_count"], (hour, old["version"]): old["row_count"]}
             )
-    return {
-        table: gates.measure(spark, table, set(counts), counts)
-        for table, counts in row_counts.items()
-    }
+    return {table: gates.measure(spark, table, counts) for table, counts in row_counts.items()}
 
 
 def _same_rows(a: Mapping, b: Mapping) -> bool:

@@ -53,12 +53,11 @@ def test_limits_name_the_change_and_let_small_ones_through():
 def test_row_counts_are_the_recorded_ones_and_only_other_measures_scan(spark):
     """A gate's row count is the one each version's build recorded: the raw gate, rows
     only, runs no Spark job; the other tables' gates scan for the rest of their measures."""
-    keys = {(SMALL, "v1"), (SMALL, "v2")}
     counts = {(SMALL, "v1"): 8210, (SMALL, "v2"): 4012}
-    assert gates.measure(spark, "shadow.not_gated", keys, counts) == {}
+    assert gates.measure(spark, "shadow.not_gated", counts) == {}
     spark.sparkContext.setJobGroup("raw-gate", "the raw gate's measures")
     try:
-        measured = gates.measure(spark, "shadow.raw_payloads", keys, counts)
+        measured = gates.measure(spark, "shadow.raw_payloads", counts)
         assert spark.sparkContext.statusTracker().getJobIdsForGroup("raw-gate") == []
     finally:
         spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
