@@ -109,10 +109,14 @@ def _parse(spark: SparkSession, paths: list[str], expected: DataFrame) -> DataFr
         F.split(F.decode(value.cast("binary"), "ISO-8859-1"), "\n", -1),
         lambda x: F.encode(x, "ISO-8859-1").cast("string"),
     )
-    parts = F.when(F.is_valid_utf8(value), F.split(value, "\n", -1)).otherwise(raw_split)
+    # A file that is UTF-8 throughout has only UTF-8 lines (a newline byte is never part
+    # of a multi-byte character): the judge checks the lines of the other files alone.
+    texts = texts.select("*", F.is_valid_utf8(value).alias("utf8"))
+    utf8 = F.col("utf8")
+    parts = F.when(utf8, F.split(value, "\n", -1)).otherwise(raw_split)
     # "a\nb\n" splits into ["a", "b", ""]: the empty string after the last newline is no
     # line (as in the reference); one null element is appended as the file's read marker.
-    split = texts.select("file", "hour", "client_id", "hour_start_ms", parts.alias("parts"))
+    split = texts.select("file", "hour", "client_id", "hour_start_ms", "utf8", parts.alias("parts"))
     parts = F.col("parts")
     # Sized before the explode, so that no exploded row carries its file's whole array.
     sized = split.select(
@@ -120,6 +124,7 @@ def _parse(spark: SparkSession, paths: list[str], expected: DataFrame) -> DataFr
         "hour",
         "client_id",
         "hour_start_ms",
+        "utf8",
         F.size(parts).alias("n"),
         (F.size(parts) - F.when(F.element_at(parts, -1) == "", 1).otherwise(0)).alias("n_lines"),
         F.concat(parts, F.array(F.lit(None).cast("string"))).alias("items"),
@@ -129,11 +134,12 @@ def _parse(spark: SparkSession, paths: list[str], expected: DataFrame) -> DataFr
         "hour",
         "client_id",
         "hour_start_ms",
+        "utf8",
         "n",
         "n_lines",
         F.posexplode("items").alias("pos", "line"),
     ).where((F.col("pos") < F.col("n_lines")) | (F.col("pos") == F.col("n")))
-    judged = judge(lines, "line", "client_id")
+    judged = judge(lines, "line", "client_id", utf8="utf8")
     reason, line = F.col("reason"), F.col("line")
     hour_start = F.col("hour_start_ms")
     kind = (

@@ -133,9 +133,14 @@ def _time_ms(name: str) -> Column:
     return F.when(text.rlike(_ISO), (seconds * F.lit(1000.0) + F.lit(0.5)).cast("long"))
 
 
-def judge(frame: DataFrame, line: str, client_id: str) -> DataFrame:
+def judge(frame: DataFrame, line: str, client_id: str, *, utf8: str | None = None) -> DataFrame:
     """``frame`` with the verdict of its column ``line`` (a string, possibly not valid
     UTF-8) read from the folder of column ``client_id``: ``VERDICT_COLUMNS`` added.
+    ``utf8``: a boolean column true where ``line`` is known to be UTF-8 (its file is), so
+    that only the other lines are checked.
+
+    Filter the result above a cache (as the reader does), not directly: Spark pushes a
+    filter on these columns below the parse as one more ``from_json`` of its own per line.
 
     ``reason`` is null for a valid line (a payload) and ``UNDECIDED`` for any other line
     (left to the Python reference); the typed columns hold the payload's values
@@ -152,11 +157,12 @@ def judge(frame: DataFrame, line: str, client_id: str) -> DataFrame:
         | (text.rlike("^" + _JSON_WS + r"\{") & (nesting < _MAX_NESTING) & one_value)
     )
     escaped = text.contains(_UNICODE_ESCAPE)
+    valid_utf8 = F.is_valid_utf8(text) if utf8 is None else F.col(utf8) | F.is_valid_utf8(text)
     staged = frame.select(
         "*",
         F.from_json(text, _SCHEMA, _JSON_OPTIONS).alias("_j_r"),
         (
-            F.is_valid_utf8(text)
+            valid_utf8
             & F.when(escaped, ~text.rlike(_SURROGATE_ESCAPE)).otherwise(F.lit(True))
             & F.coalesce(single, F.lit(False))
         ).alias("_j_plain"),

@@ -136,3 +136,18 @@ def test_the_first_pass_over_the_valid_lines_holds_only_them_and_restores_the_se
         with pytest.raises(RuntimeError, match="the action failed"):
             judged.first_pass(fails)
         assert spark.conf.get(adaptive) == before
+
+
+def test_each_line_is_parsed_once(spark, tmp_path: Path, capsys):
+    """The judged lines are cached from a plan with one JSON parse per line: no filter is
+    pushed below it as a pruned ``from_json`` of its own (as the optimizer does with a
+    filter on the fields of a ``from_json`` projection), since the filters apply to the
+    cache."""
+    write_backup_folder(tmp_path, HOUR, CLIENT_ID, {"part-00000.jsonl.zst": zst(edge_lines())})
+    store = LocalBackupStore(root=str(tmp_path))
+    folders = [f for h in take_inventory(store, [HOUR]).values() for f in h.folders]
+    with read_folders(spark, store, folders) as judged:
+        judged.bulk.explain()
+        plan = capsys.readouterr().out
+        assert plan.count("from_json(") == 1, plan
+        assert judged.all.count() == len(edge_lines())
