@@ -65,30 +65,19 @@ def test_a_run_of_two_layers_is_split_at_the_end_of_the_first_layers_steps():
     assert all(seconds > 0 for _, seconds in split)
 
 
-def test_the_plain_job_parses_each_line_once(spark, tmp_path, capsys):
+def test_the_plain_job_parses_each_line_once(spark, make_backups, capsys):
     """The yardstick is written for speed: Spark's JSON source parses each line in its scan,
     and no filter re-parses it. (A filter on the fields of a ``from_json`` projection is
     pushed below it as one pruned ``from_json`` per field it reads: the job did that, and
     parsed every line nine times.)"""
-    from backfill_assets.cli.bench_plain import _raw
-    from backfill_assets.generator import generate_backups
+    import json
 
-    summary = generate_backups(
-        tmp_path,
-        start="2026-11-20T03",
-        hours=1,
-        clients=1,
-        users_per_client=20,
-        seed=4,
-        malformed_rate=0.0,
-        duplicate_rate=0.0,
-        late_hours_rate=0.0,
-        late_days_rate=0.0,
-        write_truth=False,
-        workers=1,
-    )
-    raw = _raw(spark, str(tmp_path))
+    from backfill_assets.cli.bench_plain import _raw
+
+    root = make_backups(hours=1, clients=1, malformed_rate=0.0, write_truth=False)
+    lines = sum(json.loads(m.read_text())["records"] for m in root.glob("raw/*/*/*/_MANIFEST.json"))
+    raw = _raw(spark, str(root))
     raw.explain()
     plan = capsys.readouterr().out
     assert "from_json" not in plan and "FileScan json" in plan
-    assert raw.count() == summary.lines > 0  # every (valid) line, once
+    assert raw.count() == lines > 0  # every line (all valid), once
