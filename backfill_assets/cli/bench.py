@@ -20,6 +20,9 @@ from backfill_assets.cli.main import CommandError
 START = "2026-11-20T00"
 TINY_START = "2026-10-01T00"
 MEMORY_SHORT_HOURS = 24  # the short range the driver memory of the fixed-cost range is held to
+# The driver heap of both ranges' probes: an eighth of the configured 4g, near Spark's
+# floor (450 MB); a driver whose needs grew with the hours would run out in the long range.
+PROBE_DRIVER_MEMORY = "512m"
 
 
 @dataclass
@@ -96,7 +99,7 @@ def layer_seconds(instance, run_id: str, layers: list[str]) -> list[tuple[str, f
     return result
 
 
-def _ranges(layers: list[str], start: str, hours: int) -> list[tuple[str, str, str]]:
+def bench_ranges(layers: list[str], start: str, hours: int) -> list[tuple[str, str, str]]:
     from backfill_assets.partitions import shift_hour
 
     last = shift_hour(start, hours - 1)
@@ -184,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
         import dagster as dg
 
         (root / "dagster_home").mkdir(parents=True, exist_ok=True)
-        ranges = _ranges(layers, START, args.hours)
+        ranges = bench_ranges(layers, START, args.hours)
         plain = None
         if args.compare:
             from backfill_assets.cli.bench_plain import run_plain
@@ -249,43 +252,112 @@ class DriverMemory:
 
     python_peak_mb: float  # this Python process's peak resident set so far (ru_maxrss)
     jvm_old_peak_mb: float  # peak of the JVM heap's old generation during the release
-    jvm_retained_mb: float  # JVM heap in use after a full collection once it ended
+    jvm_retained_mb: float  # JVM heap in use after full collections once it ended
 
 
 def _old_generation(pool) -> bool:
     return any(word in pool.getName() for word in ("Old", "Tenured"))
 
 
+def live_heap_bytes(spark) -> int:
+    """The JVM heap in use after full collections, once it stops falling: Python's own
+    references to JVM objects are released first (a py4j proxy pins its object until
+    Python collects it), and a collection that ran while they still held is repeated."""
+    import gc
+
+    jvm = spark.sparkContext._jvm
+    memory = jvm.java.lang.management.ManagementFactory.getMemoryMXBean()
+    used = None
+    for _ in range(5):
+        gc.collect()
+        jvm.java.lang.System.gc()
+        before, used = used, memory.getHeapMemoryUsage().getUsed()
+        if before is not None and used >= before - 2**20:
+            break
+    return used
+
+
 def measure_driver_memory(spark, release) -> tuple[object, DriverMemory]:
     """Run ``release()`` and measure the driver's memory: the Python process's peak RSS,
-    the JVM's old-generation peak (reset before) and its heap after a full GC (after)."""
+    the JVM's old-generation peak (reset before) and its live heap after (``live_heap_bytes``)."""
     import resource
 
     jvm = spark.sparkContext._jvm
     management = jvm.java.lang.management.ManagementFactory
     heap = [p for p in management.getMemoryPoolMXBeans() if p.getType().name() == "HEAP"]
-    jvm.java.lang.System.gc()
+    live_heap_bytes(spark)
     for pool in heap:
         pool.resetPeakUsage()
     result = release()
     old_peak = sum(p.getPeakUsage().getUsed() for p in heap if _old_generation(p))
-    jvm.java.lang.System.gc()
-    retained = management.getMemoryMXBean().getHeapMemoryUsage().getUsed()
+    retained = live_heap_bytes(spark)
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # kilobytes on Linux
     return result, DriverMemory(
         round(peak_kb / 1024, 1), round(old_peak / 2**20, 1), round(retained / 2**20, 1)
     )
 
 
-def _fixed_cost(root: Path, instance, hours: int) -> bool:
-    """Backfill every layer over ``hours`` of tiny data: seconds per partition-hour. Before
-    it, a release of the first 24 of those hours, to compare the driver memory the two
-    need (flat in the number of hours: the long range needs no more than the short one)."""
+def tiny_tags() -> dict[str, str]:
+    """Run tags of a release over the tiny tree: two users leave most hours without a backup
+    folder; read as empty (declared so), they go through every step as the others do, and
+    no hour is held back."""
     from backfill_assets import tags
+
+    return {tags.ALLOW_MISSING_HOURS: "true"}
+
+
+def probe_memory(
+    backups: Path, work: Path, hours: int, driver_memory: str = PROBE_DRIVER_MEMORY
+) -> dict:
+    """A release of ``hours`` hours of the tiny tree from ``TINY_START`` in a driver of its
+    own (``bench_probe``) with a heap of ``driver_memory``: its outcome and driver memory,
+    as that module prints them."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    shutil.rmtree(work, ignore_errors=True)
+    command = [sys.executable, "-m", "backfill_assets.cli.bench_probe"]
+    done = subprocess.run(
+        [*command, str(backups), str(work), TINY_START, str(hours), driver_memory],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    printed = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not printed:
+        tail = " | ".join((done.stderr + done.stdout).strip().splitlines()[-5:])
+        raise CommandError(f"the driver-memory probe of {hours} hours failed: {tail}")
+    return json.loads(printed[-1])
+
+
+MEMORY_MEASURES = (  # (probe field, column heading)
+    ("python_peak_mb", "python peak"),
+    ("jvm_old_peak_mb", "jvm old-gen peak"),
+    ("jvm_retained_mb", "jvm retained"),
+    ("jvm_rss_peak_mb", "jvm peak rss"),
+)
+
+
+def _mb(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _growth(probes: list[dict], measure: str, added: int) -> float | None:
+    """MB more per hour more, from the short range's probe to the long one's."""
+    short, long = probes[0][measure], probes[1][measure]
+    return None if short is None or long is None else (long - short) / added
+
+
+def _fixed_cost(root: Path, instance, hours: int) -> bool:
+    """Backfill every layer over ``hours`` of tiny data: seconds per partition-hour (in this
+    process, warm, as the day's release). Then the driver memory of that range and of its
+    first 24 hours, each in a driver of its own (``bench_probe``): flat in the number of
+    hours when the long range needs no more than the short one."""
     from backfill_assets.definitions import build_definitions
     from backfill_assets.generator import generate_backups
     from backfill_assets.launch import LAYERS
-    from backfill_assets.resources.spark import spark_session
     from backfill_assets.settings import Settings
 
     generate_backups(
@@ -306,35 +378,36 @@ def _fixed_cost(root: Path, instance, hours: int) -> bool:
         }
     )
     defs = build_definitions(settings)
-    spark = spark_session(settings)
-    # Two users leave most hours without a backup folder: read as empty (declared so), they
-    # go through every step as the others do, and no hour is held back.
-    empty_ok = {tags.ALLOW_MISSING_HOURS: "true"}
-    short = min(hours, MEMORY_SHORT_HOURS)
-    (short_runs, _), short_memory = measure_driver_memory(
-        spark,
-        lambda: run_project(defs, instance, _ranges(list(LAYERS), TINY_START, short), empty_ok),
-    )
-    ranges = _ranges(list(LAYERS), TINY_START, hours)
-    (runs, seconds), memory = measure_driver_memory(
-        spark, lambda: run_project(defs, instance, ranges, empty_ok)
-    )
+    ranges = bench_ranges(list(LAYERS), TINY_START, hours)
+    runs, seconds = run_project(defs, instance, ranges, tiny_tags())
     partition_hours = sum(r.hours for r in runs)
     detail = ", ".join(f"{r.layer} {r.seconds:.1f}s/{r.hours}h" for r in runs)
     print(
         f"fixed cost: {hours} hours of tiny data, {partition_hours} partition-hours in "
         f"{seconds:.1f}s = {seconds / max(partition_hours, 1):.2f} s per partition-hour ({detail})"
     )
+    short = min(hours, MEMORY_SHORT_HOURS)
+    probes = [probe_memory(root / "tiny", root / f"probe-{n}h", n) for n in (short, hours)]
     print(
-        f"driver memory (MB)  {'hours':>5} {'python peak':>12} {'jvm old-gen peak':>17} "
-        f"{'jvm retained':>13}"
+        f"driver memory (MB), each range a release in a driver of its own "
+        f"(heap {PROBE_DRIVER_MEMORY}):"
     )
-    for label, n, m in (("short range", short, short_memory), ("long range", hours, memory)):
-        print(
-            f"{label:<19} {n:>5} {m.python_peak_mb:>12.1f} {m.jvm_old_peak_mb:>17.1f} "
-            f"{m.jvm_retained_mb:>13.1f}"
-        )
-    for r in [*short_runs, *runs]:
+    print(f"{'range':<10} {'hours':>5} " + " ".join(f"{h:>17}" for _, h in MEMORY_MEASURES))
+    for label, probe in zip(("short", "long"), probes, strict=True):
+        cells = " ".join(f"{_mb(probe[f]):>17}" for f, _ in MEMORY_MEASURES)
+        print(f"{label:<10} {probe['hours']:>5} {cells}")
+    added = probes[1]["hours"] - probes[0]["hours"]
+    if added > 0:
+        slopes = " ".join(f"{_mb(_growth(probes, f, added), 3):>17}" for f, _ in MEMORY_MEASURES)
+        print(f"{'per hour':<10} {'+1':>5} {slopes}")
+    for r in runs:
         if not r.success:
             print(f"FAILED: {r.layer} {r.hours}h: {'; '.join(r.failures) or 'hours held back'}")
-    return all(r.success for r in [*short_runs, *runs]) and len(runs) == len(ranges) + 1
+    for probe in probes:
+        if not probe["success"]:
+            print(f"FAILED: the driver-memory probe of {probe['hours']} hours")
+    return (
+        all(r.success for r in runs)
+        and len(runs) == len(ranges) + 1
+        and all(p["success"] for p in probes)
+    )

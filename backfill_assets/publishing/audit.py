@@ -124,6 +124,18 @@ def audit_table(spark: SparkSession, warehouse_dir: str, table: str) -> None:
     ensure_table(spark, table, schema(table), [], f"{warehouse_dir}/audit/{name}")
 
 
+def _location(spark: SparkSession, warehouse_dir: str, table: str) -> str:
+    """Where ``table`` keeps its files, the table created first if it does not exist: one
+    metastore call once it exists."""
+    try:
+        return table_location(spark, table)
+    except Exception:
+        if table_exists(spark, table):  # it exists: the lookup failed for another reason
+            raise
+    audit_table(spark, warehouse_dir, table)
+    return table_location(spark, table)
+
+
 def append(spark: SparkSession, warehouse_dir: str, table: str, rows: Sequence[dict]) -> None:
     """Append ``rows`` (dicts with the table's columns) to an audit table as one file."""
     if not rows:
@@ -132,9 +144,8 @@ def append(spark: SparkSession, warehouse_dir: str, table: str, rows: Sequence[d
     batch = pa.Table.from_pylist([{n: row.get(n) for n in columns.names} for row in rows], columns)
     buffer = pa.BufferOutputStream()
     pq.write_table(batch, buffer, compression="snappy")
-    audit_table(spark, warehouse_dir, table)  # one metastore lookup once it exists
     jvm = spark._jvm
-    directory = jvm.org.apache.hadoop.fs.Path(table_location(spark, table))
+    directory = jvm.org.apache.hadoop.fs.Path(_location(spark, warehouse_dir, table))
     filesystem = directory.getFileSystem(spark._jsc.hadoopConfiguration())
     file_name = f"part-{now():%Y%m%dT%H%M%S%f}-{uuid.uuid4().hex}.parquet"
     hidden = jvm.org.apache.hadoop.fs.Path(directory, f"_{file_name}")

@@ -115,8 +115,9 @@ def ensure_table(
 
 
 def table_exists(spark: SparkSession, table: str) -> bool:
-    database, name = split_table(table)
-    return spark.catalog.tableExists(f"{database}.{name}")
+    """Whether ``table`` exists: one metastore call (``spark.catalog.tableExists`` makes two,
+    looking the database up first; a missing database is a missing table here too)."""
+    return bool(_external_catalog(spark).tableExists(*split_table(table)))
 
 
 def _external_catalog(spark: SparkSession):

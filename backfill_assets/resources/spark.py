@@ -200,26 +200,37 @@ def _status_store(spark: SparkSession):
     return spark.sparkContext._jsc.sc().statusStore()
 
 
-def _stages(spark: SparkSession):
-    gateway = spark.sparkContext._gateway
-    no_quantiles = gateway.new_array(gateway.jvm.double, 0)
-    listing = _status_store(spark).stageList(
-        None, False, False, no_quantiles, gateway.jvm.java.util.ArrayList()
+def _stages_newest_first(spark: SparkSession):
+    """The status store's stages, newest first (its view of them in reverse key order: stage
+    id, then attempt): a caller that wants the recent ones stops early instead of walking
+    every retained stage through py4j, two calls each."""
+    jvm = spark.sparkContext._jvm
+    wrapper = jvm.java.lang.Class.forName(
+        "org.apache.spark.status.StageDataWrapper",
+        True,
+        jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader(),
     )
-    iterator = listing.iterator()
-    while iterator.hasNext():
-        yield iterator.next()
+    iterator = _status_store(spark).store().view(wrapper).reverse().closeableIterator()
+    try:
+        while iterator.hasNext():
+            yield iterator.next().info()
+    finally:
+        iterator.close()
 
 
 def _last_stage(spark: SparkSession) -> int:
-    return max((stage.stageId() for stage in _stages(spark)), default=-1)
+    return next((stage.stageId() for stage in _stages_newest_first(spark)), -1)
 
 
 def spark_usage(spark: SparkSession, after_stage: int, since: float) -> SparkUsage:
     """Executor task time of the stages after ``after_stage`` (the status store keeps the
     last ``spark.ui.retainedStages``, 1000 by default), the executor cores, and the wall
     time since ``since`` (``time.monotonic``)."""
-    task_ms = sum(s.executorRunTime() for s in _stages(spark) if s.stageId() > after_stage)
+    task_ms = 0
+    for stage in _stages_newest_first(spark):
+        if stage.stageId() <= after_stage:
+            break
+        task_ms += stage.executorRunTime()
     executors = _status_store(spark).executorList(True)
     cores, iterator = {}, executors.iterator()
     while iterator.hasNext():

@@ -1,4 +1,5 @@
-"""The benchmark command: its shape checks, driver memory and each layer's share of a run."""
+"""The benchmark command: its shape checks, driver memory (in this process and in a
+driver of its own) and each layer's share of a run."""
 
 import pytest
 
@@ -81,3 +82,24 @@ def test_the_plain_job_parses_each_line_once(spark, make_backups, capsys):
     plan = capsys.readouterr().out
     assert "from_json" not in plan and "FileScan json" in plan
     assert raw.count() == lines > 0  # every line (all valid), once
+
+
+def test_a_range_is_measured_in_a_driver_of_its_own(tmp_path):
+    """The bench's driver-memory probe: a new Python process and Spark JVM, its heap capped
+    as asked, run a release of every layer over the range and report what it needed."""
+    from backfill_assets.cli.bench import TINY_START, probe_memory
+    from backfill_assets.generator import generate_backups
+
+    backups = tmp_path / "tiny"
+    generate_backups(
+        backups, start=TINY_START, hours=8, clients=1, users_per_client=2, seed=2, workers=1
+    )
+
+    probe = probe_memory(backups, tmp_path / "probe", 8, driver_memory="512m")
+
+    assert probe["success"] and probe["hours"] == 8
+    assert probe["driver_memory"] == "512m"  # the JVM was started for the probe, capped
+    assert 0 < probe["jvm_retained_mb"] <= probe["jvm_old_peak_mb"] + 512 <= 1024
+    assert probe["python_peak_mb"] > 0
+    assert probe["jvm_rss_peak_mb"] is None or probe["jvm_rss_peak_mb"] > probe["jvm_retained_mb"]
+    assert (tmp_path / "probe" / "data").is_dir()  # its own DATA_ROOT, not the suite's

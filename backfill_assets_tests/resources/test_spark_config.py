@@ -144,3 +144,22 @@ def test_production_run_fails_naming_the_missing_variable(
     assert "missing environment variable(s)" in text, text
     for name in ("SPARK_MASTER", "SPARK_DRIVER_HOST", "HIVE_METASTORE_URIS"):
         assert name in text, text
+
+
+def test_a_runs_spark_usage_counts_the_stages_since_its_mark(spark):
+    """The task time of a run's stages only, read newest first from the status store (which
+    holds up to a thousand stages of earlier work in a long-lived driver)."""
+    import time
+
+    from backfill_assets.resources.spark import _last_stage, spark_usage
+
+    before = _last_stage(spark)
+    started = time.monotonic()
+    spark.range(5_000_000).selectExpr("max(xxhash64(id, repeat('x', 50)))").collect()
+    after = _last_stage(spark)
+
+    assert after > before  # the new job's stages are the newest
+    assert spark_usage(spark, before, started).task_seconds > 0
+    assert spark_usage(spark, after, started).task_seconds == 0  # nothing newer than the mark
+    cores = spark.sparkContext._jvm.java.lang.Runtime.getRuntime().availableProcessors()
+    assert spark_usage(spark, after, started).cores == cores  # local[*]: the JVM's cores
