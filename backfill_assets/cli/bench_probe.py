@@ -15,6 +15,7 @@ each range measured here, and the short and the long range compare like for like
 from __future__ import annotations
 
 import json
+import re
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -90,14 +91,20 @@ def probe(
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) not in (4, 5) or not args[3].isdigit():
+    memory = args[4] if len(args) == 5 else None
+    if (
+        len(args) not in (4, 5)
+        or not args[3].isdigit()
+        or (memory is not None and not re.fullmatch(r"[0-9]+[kKmMgG]?", memory))
+    ):
         print(
             "usage: python -m backfill_assets.cli.bench_probe BACKUPS WORK START HOURS "
-            "[DRIVER_MEMORY]"
+            "[DRIVER_MEMORY, e.g. 512m]",
+            file=sys.stderr,
         )
         return 2
     backups, work, start, hours = Path(args[0]), Path(args[1]), args[2], int(args[3])
-    measured = probe(backups, work, start, hours, args[4] if len(args) == 5 else None)
+    measured = probe(backups, work, start, hours, memory)
     print(json.dumps(measured), flush=True)
     return 0
 

@@ -84,6 +84,22 @@ def test_the_plain_job_parses_each_line_once(spark, make_backups, capsys):
     assert raw.count() == lines > 0  # every line (all valid), once
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["b", "w", "2026-10-01T00"],
+        ["b", "w", "2026-10-01T00", "x"],
+        ["b", "w", "2026-10-01T00", "8", "512m --conf x"],
+    ],
+)
+def test_the_probe_names_its_arguments_when_they_are_wrong(args: list[str], capsys):
+    from backfill_assets.cli.bench_probe import main as probe
+
+    assert probe(args) == 2
+    assert "usage: python -m backfill_assets.cli.bench_probe" in capsys.readouterr().err
+
+
 def test_a_range_is_measured_in_a_driver_of_its_own(tmp_path):
     """The bench's driver-memory probe: a new Python process and Spark JVM, its heap capped
     as asked, run a release of every layer over the range and report what it needed."""
