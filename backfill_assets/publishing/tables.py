@@ -175,6 +175,48 @@ def _scala_copy(obj, *leading):
     return obj.copy(*leading, *rest)
 
 
+def register_partitions(
+    spark: SparkSession, table: str, locations: dict[tuple[str, str], str]
+) -> None:
+    """Register shadow partitions (hour, version) -> location of ``table``, leaving any that
+    exist as they are (``ADD IF NOT EXISTS``), in one metastore call for all of them, then
+    refresh the session's view of the table.
+
+    Through the metastore client rather than SQL: ``ALTER TABLE ... ADD`` made ten metastore
+    calls whatever the number of partitions, this makes four (each 20-25 ms on the embedded
+    metastore, paid by every shadow output of every run)."""
+    database, name = split_table(table)
+    for (hour, version), where in locations.items():
+        partition_spec(hour, version)  # validated
+        location(where)
+    jvm = spark._jvm
+    catalog = _external_catalog(spark)
+    storage = catalog.getTable(database, name).storage()  # the table's format and serde
+    to_uri = jvm.org.apache.spark.sql.catalyst.catalog.CatalogUtils.stringToURI
+    # qualified as SQL's ADD qualifies it (file:/..., s3a://...): the ledger compares them
+    qualified = spark._jsparkSession.sessionState().catalog().makeQualifiedPath
+    to_map = jvm.org.apache.spark.api.python.PythonUtils.toScalaMap
+    created = jvm.java.lang.System.currentTimeMillis()
+    partitions = jvm.java.util.ArrayList()
+    for (hour, version), where in sorted(locations.items()):
+        spec = jvm.java.util.HashMap()
+        spec.put("hour", hour)
+        spec.put("version", version)
+        partitions.add(
+            jvm.org.apache.spark.sql.catalyst.catalog.CatalogTablePartition(
+                to_map(spec),
+                _scala_copy(storage, jvm.scala.Option.apply(qualified(to_uri(where)))),
+                to_map(jvm.java.util.HashMap()),
+                created,
+                -1,
+                jvm.scala.Option.empty(),
+            )
+        )
+    sequence = jvm.scala.jdk.javaapi.CollectionConverters.asScala(partitions).toSeq()
+    catalog.createPartitions(database, name, sequence, True)
+    spark.catalog.refreshTable(f"{database}.{name}")
+
+
 def swap_partitions(
     spark: SparkSession, table: str, moves: list[tuple[str, str | None, str | None]]
 ) -> None:

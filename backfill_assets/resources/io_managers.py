@@ -37,7 +37,7 @@ from backfill_assets.publishing.tables import (
     ensure_table,
     location,
     partition_locations,
-    partition_spec,
+    register_partitions,
     run_id,
     split_table,
     table_name,
@@ -243,11 +243,9 @@ class ShadowTableIOManager(dg.ConfigurableIOManager):
         )
         context.log.info(f"writing {table} version {version} for {len(hours)} hour(s)")
         obj.write.mode("overwrite").partitionBy("hour").parquet(version_root)
-        clauses = " ".join(
-            f"PARTITION ({partition_spec(h, version)}) LOCATION '{version_root}/hour={h}'"
-            for h in hours
+        register_partitions(
+            self.spark, table, {(h, version): f"{version_root}/hour={h}" for h in hours}
         )
-        self.spark.sql(f"ALTER TABLE {table} ADD IF NOT EXISTS {clauses}")  # refreshes it
         if stats is None:  # read back what was written (or its cache): one Spark action
             written = (
                 obj

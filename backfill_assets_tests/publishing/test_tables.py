@@ -75,3 +75,36 @@ def test_swap_partitions_adds_relocates_and_drops_hours_of_a_table(spark, wareho
         )
     with pytest.raises(tables.UnsafeValueError):
         tables.swap_partitions(spark, "swaps.t", [(hours[0], where["b", hours[0]], "/x' OR 1=1")])
+
+
+def test_shadow_partitions_are_registered_once_as_sql_would_register_them(
+    spark, warehouse, tmp_path
+):
+    """``register_partitions`` (the metastore client, not ``ALTER TABLE ... ADD``): the
+    locations qualified as SQL stores them, the rows readable by hour and version at once,
+    and a second registration (a retried step) leaves the partitions as they are."""
+    spark.sql("CREATE DATABASE IF NOT EXISTS shadows")
+    spark.sql(
+        f"CREATE TABLE shadows.t (n int, hour string, version string) USING parquet "
+        f"PARTITIONED BY (hour, version) LOCATION '{tmp_path}/t'"
+    )
+    hours = [f"2026-11-20T{h:02d}" for h in range(3)]
+    root = f"{tmp_path}/t/version=v1"
+    spark.createDataFrame(
+        [(n, h) for n, h in enumerate(hours)], "n int, hour string"
+    ).write.partitionBy("hour").parquet(root)
+    wanted = {(h, "v1"): f"{root}/hour={h}" for h in hours}
+
+    tables.register_partitions(spark, "shadows.t", wanted)
+    tables.register_partitions(spark, "shadows.t", wanted)  # already there: left alone
+
+    assert tables.partition_locations(spark, "shadows.t") == {
+        h: f"file:{root}/hour={h}" for h in hours
+    }
+    assert sorted(tuple(r) for r in spark.table("shadows.t").collect()) == [
+        (n, h, "v1") for n, h in enumerate(hours)
+    ]
+    with pytest.raises(tables.UnsafeValueError):
+        tables.register_partitions(spark, "shadows.t", {(hours[0], "v2"): "/x' OR 1=1"})
+    with pytest.raises(tables.UnsafeValueError):
+        tables.register_partitions(spark, "shadows.t", {(hours[0], "v2'--"): f"{root}/x"})
