@@ -179,11 +179,11 @@ def register_partitions(
     spark: SparkSession, table: str, locations: dict[tuple[str, str], str]
 ) -> None:
     """Register shadow partitions (hour, version) -> location of ``table``, leaving any that
-    exist as they are (``ADD IF NOT EXISTS``), in one metastore call for all of them, then
+    exist as they are (``ADD IF NOT EXISTS``), in one ``createPartitions`` for all of them, then
     refresh the session's view of the table.
 
     Through the metastore client rather than SQL: ``ALTER TABLE ... ADD`` made ten metastore
-    calls whatever the number of partitions, this makes four (each 20-25 ms on the embedded
+    calls whatever the number of partitions, this makes five (each 20-25 ms on the embedded
     metastore, paid by every shadow output of every run)."""
     database, name = split_table(table)
     for (hour, version), where in locations.items():
