@@ -19,6 +19,17 @@ from backfill_assets.definitions import build_definitions
 from backfill_assets.generator import generate_backups
 from backfill_assets.settings import Settings
 
+# The suite's JVMs compile with C1 only (HotSpot's quick JIT tier), with C2's code cache size.
+# They run small data: short runs, fault and stack processes, a driver that plans many small
+# releases. The machine's cores are the suite's limit, and C2 spent them compiling code that
+# then ran a few times: C2's compiler threads used 32 of a cold release's 58 s of JVM CPU (C1
+# only: 34 s in all, the same wall-clock time), and 132 of test_release.py's 294 s (C1 only,
+# with the codegen cache of spark/spark-defaults.conf: 167 s). Behaviour is the same: only
+# the machine code the JIT makes differs. The bench, ``make demo`` and production keep the
+# JVM's default tiers (C2 for long, hot loops over large data); the default code cache of C1
+# alone (48 MB) filled up and its sweeper took more CPU than C2 had.
+TEST_JVM_JIT = ("-XX:TieredStopAtLevel=1", "-XX:ReservedCodeCacheSize=240m")
+
 
 @pytest.fixture(scope="session", autouse=True)
 def temporary_files() -> Iterator[Path]:
@@ -33,7 +44,9 @@ def temporary_files() -> Iterator[Path]:
     its config names: the stack tests point it into their own Dagster home.)
 
     Traversable by other users (not listable): the stack's Postgres runs as its service
-    user in a directory of its own below it."""
+    user in a directory of its own below it.
+
+    The same variable gives every JVM of the suite ``TEST_JVM_JIT``."""
     import os
     import shutil
     import tempfile
@@ -43,7 +56,7 @@ def temporary_files() -> Iterator[Path]:
     saved = {name: os.environ.get(name) for name in ("TMPDIR", "JAVA_TOOL_OPTIONS")}
     os.environ["TMPDIR"] = str(directory)
     os.environ["JAVA_TOOL_OPTIONS"] = " ".join(
-        filter(None, [saved["JAVA_TOOL_OPTIONS"], f"-Djava.io.tmpdir={directory}"])
+        filter(None, [saved["JAVA_TOOL_OPTIONS"], f"-Djava.io.tmpdir={directory}", *TEST_JVM_JIT])
     )
     tempfile.tempdir = None  # this process's tempfile reads TMPDIR again
     try:

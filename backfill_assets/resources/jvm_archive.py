@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -75,15 +76,22 @@ def java() -> str:
     return str(Path(home) / "bin" / "java") if home else (shutil.which("java") or "java")
 
 
+# "... (build 17.0.15+6, mixed mode, sharing)" -> "... (build 17.0.15+6)"
+_VM_MODES = re.compile(r", [^()]*\)$")
+
+
 def _identity() -> dict[str, str]:
     """What the archive depends on: the JDK build and the Spark jars."""
     import pyspark
 
     printed = subprocess.run([java(), "-version"], capture_output=True, text=True, check=False)
     # Without the "Picked up JAVA_TOOL_OPTIONS: ..." lines a JVM prints for the options of
-    # its environment: they change no class the archive holds.
+    # its environment, nor the VM's modes after its build ("mixed mode, sharing"; C1 alone
+    # adds "emulated-client"): they change no class the archive holds.
     version = "\n".join(
-        line for line in printed.stderr.strip().splitlines() if not line.startswith("Picked up ")
+        _VM_MODES.sub(")", line)
+        for line in printed.stderr.strip().splitlines()
+        if not line.startswith("Picked up ")
     )
     return {"java": version, "pyspark": pyspark.__version__, "python": sys.prefix}
 

@@ -56,6 +56,19 @@ def test_swap_partitions_adds_relocates_and_drops_hours_of_a_table(spark, wareho
 
     tables.swap_partitions(spark, "swaps.t", [(h, None, where["a", h]) for h in hours])
     assert tables.partition_locations(spark, "swaps.t") == {h: where["a", h] for h in hours}
+    # the new partitions are stored as SQL's ADD stores them (format, serde, location)
+    spark.sql(f"CREATE TABLE swaps.s LIKE swaps.t LOCATION '{tmp_path}/s'")
+    specs = " ".join(f"PARTITION (hour='{h}') LOCATION '{where['a', h]}'" for h in hours)
+    spark.sql(f"ALTER TABLE swaps.s ADD {specs}")
+    assert _storage(spark, "swaps.t") == _storage(spark, "swaps.s")
+    # an hour that is there already fails the whole add: the new hour is not added either
+    with pytest.raises(Exception, match=r"(?i)already exist"):
+        tables.swap_partitions(
+            spark,
+            "swaps.t",
+            [("2026-11-20T03", None, where["b", hours[0]]), (hours[0], None, where["b", hours[0]])],
+        )
+    assert tables.partition_locations(spark, "swaps.t") == {h: where["a", h] for h in hours}
     # two hours move to release b in one metastore call, the third is dropped
     tables.swap_partitions(
         spark,
@@ -108,3 +121,13 @@ def test_shadow_partitions_are_registered_once_as_sql_would_register_them(
         tables.register_partitions(spark, "shadows.t", {(hours[0], "v2"): "/x' OR 1=1"})
     with pytest.raises(tables.UnsafeValueError):
         tables.register_partitions(spark, "shadows.t", {(hours[0], "v2'--"): f"{root}/x"})
+
+
+def _storage(spark, table: str) -> dict[str, str]:
+    """Each partition's storage (location, format, serde, properties) as the metastore has it,
+    the table's own location (a ``path`` property) named as such."""
+    root = tables.table_location(spark, table)
+    return {
+        hour: str(p.storage()).replace(root, "<table>")
+        for hour, p in tables._partitions(spark, table)
+    }

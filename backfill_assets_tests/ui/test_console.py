@@ -147,30 +147,23 @@ def test_an_operator_reads_each_hours_checks_and_the_report_then_launches_a_rele
 
     hours = dialog.locator("input:not([type]), input[type=text]").first
     confirm = page.get_by_role("button", name="Confirm")  # the multi-asset's quarantine too
-    # Under load a click on Confirm while the button behind it is still loading can leave
-    # the confirmation open (seen once in a full suite): click it again while it stays.
-    for attempt in range(3):
-        confirm.click()
-        try:
-            hours.wait_for(timeout=20_000)
-            break
-        except PlaywrightTimeout:
-            if attempt == 2:
-                raise
-            if not confirm.is_visible():  # closed: the launch dialog is on its way
-                hours.wait_for()
-                break
     chosen = dialog.get_by_text("2 partitions")
-    # Under load the dialog can re-render its partition input while it loads the
-    # partitions, dropping what was typed: type the range again, at most three times.
-    for attempt in range(3):
-        hours.fill(f"[{FIRST}...2026-11-20T01]")
-        hours.press("Enter")
+    # Under load the page is slow to settle, in ways seen in full suites: a click on Confirm
+    # while the button behind it is still loading can leave the confirmation open, or open it
+    # once more after the launch dialog appeared; and the dialog can re-render its partition
+    # input while it loads the partitions, dropping what was typed. So: confirm whenever the
+    # confirmation shows, then type the range, until the dialog has taken it (4 tries).
+    confirm.or_(hours).first.wait_for()
+    for attempt in range(4):
         try:
+            if confirm.is_visible():
+                confirm.click(timeout=20_000)
+            hours.fill(f"[{FIRST}...2026-11-20T01]", timeout=20_000)
+            hours.press("Enter", timeout=20_000)
             chosen.wait_for(timeout=20_000)
             break
         except PlaywrightTimeout:
-            if attempt == 2:
+            if attempt == 3:
                 raise
     dialog.get_by_text("Config", exact=True).click()
     dialog.get_by_role("button", name="Add config").click()
