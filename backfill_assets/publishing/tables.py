@@ -180,30 +180,29 @@ def register_partitions(
 ) -> None:
     """Register shadow partitions (hour, version) -> location of ``table``, leaving any that
     exist as they are (``ADD IF NOT EXISTS``), in one metastore transaction."""
-    for (hour, version), where in locations.items():
-        partition_spec(hour, version)  # validated
-        location(where)
-    _create_partitions(
-        spark,
-        table,
-        [({"hour": h, "version": v}, where) for (h, v), where in sorted(locations.items())],
-        if_exists="keep",
-    )
+    partitions = [(h, v, where) for (h, v), where in sorted(locations.items())]
+    _create_partitions(spark, table, partitions, keep_existing=True)
 
 
 def _create_partitions(
-    spark: SparkSession, table: str, partitions: list[tuple[dict[str, str], str]], if_exists: str
+    spark: SparkSession,
+    table: str,
+    partitions: list[tuple[str, str | None, str]],
+    *,
+    keep_existing: bool,
 ) -> None:
-    """Create the partitions (spec, validated location) of ``table`` in one
-    ``createPartitions`` (one metastore transaction), then refresh the session's view of the
-    table. ``if_exists``: "keep" leaves a partition that exists as it is, "fail" raises.
+    """Create the partitions (hour, version or None, location) of ``table``, each validated,
+    in one ``createPartitions`` (one metastore transaction), then refresh the session's view
+    of the table. ``keep_existing``: a partition that exists is left as it is; else it
+    fails the whole call.
 
     Through the metastore client rather than SQL: ``ALTER TABLE ... ADD`` made ten metastore
     calls whatever the number of partitions (and split more than 100 into several
     transactions), this makes five (each 20-25 ms on the embedded metastore, paid by every
     shadow output and every publish)."""
-    if if_exists not in ("keep", "fail"):
-        raise ValueError(f"if_exists must be 'keep' or 'fail', not {if_exists!r}")
+    for hour, version, where in partitions:
+        partition_spec(hour, version)  # validated
+        location(where)
     database, name = split_table(table)
     jvm = spark._jvm
     catalog = _external_catalog(spark)
@@ -214,10 +213,11 @@ def _create_partitions(
     to_map = jvm.org.apache.spark.api.python.PythonUtils.toScalaMap
     created = jvm.java.lang.System.currentTimeMillis()
     made = jvm.java.util.ArrayList()
-    for values, where in partitions:
+    for hour, version, where in partitions:
         spec = jvm.java.util.HashMap()
-        for key, value in values.items():
-            spec.put(key, value)
+        spec.put("hour", hour)
+        if version is not None:
+            spec.put("version", version)
         made.add(
             jvm.org.apache.spark.sql.catalyst.catalog.CatalogTablePartition(
                 to_map(spec),
@@ -229,7 +229,7 @@ def _create_partitions(
             )
         )
     sequence = jvm.scala.jdk.javaapi.CollectionConverters.asScala(made).toSeq()
-    catalog.createPartitions(database, name, sequence, if_exists == "keep")
+    catalog.createPartitions(database, name, sequence, keep_existing)
     spark.catalog.refreshTable(f"{database}.{name}")
 
 
@@ -252,10 +252,7 @@ def swap_partitions(
         specs = ", ".join(f"PARTITION ({partition_spec(h)})" for h in drops)
         spark.sql(f"ALTER TABLE {table} DROP IF EXISTS {specs}")
     if adds:
-        for hour, new in adds:
-            partition_spec(hour)  # validated
-            location(new)
-        _create_partitions(spark, table, [({"hour": h}, n) for h, n in adds], if_exists="fail")
+        _create_partitions(spark, table, [(h, None, n) for h, n in adds], keep_existing=False)
     if relocations:
         _relocate(spark, table, relocations)
 
