@@ -28,7 +28,11 @@ from backfill_assets.settings import Settings
 # the machine code the JIT makes differs. The bench, ``make demo`` and production keep the
 # JVM's default tiers (C2 for long, hot loops over large data). With C1's own default code
 # cache (48 MB) it filled up: its sweeper used 94 of test_release.py's 359 s (C2: 294 s).
-TEST_JVM_JIT = ("-XX:TieredStopAtLevel=1", "-XX:ReservedCodeCacheSize=240m")
+# And the serial collector: G1's concurrent and parallel threads cost every JVM of the suite
+# CPU its two cores did not have (the whole suite 13:24 with it instead of 15:29; the stack
+# test 197 s instead of 261 s, the CLI backfills 148 s instead of 210 s, erasure 81 s
+# instead of 98 s; 2026-11-27, the installed checkout).
+TEST_JVM_JIT = ("-XX:TieredStopAtLevel=1", "-XX:ReservedCodeCacheSize=240m", "-XX:+UseSerialGC")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -137,7 +137,11 @@ def _parse(spark: SparkSession, paths: list[str], expected: DataFrame) -> DataFr
         "utf8",
         "n",
         "n_lines",
-        F.posexplode("items").alias("pos", "line"),
+        # ``_outer``: the same rows here (``items`` is never empty), but no filter inferred
+        # from it. For an inner explode Spark infers ``size(items) > 0`` and pushes it
+        # below these projections into the scan, where it splits every file a second time
+        # (and re-encodes every line of a file that is not UTF-8 throughout).
+        F.posexplode_outer("items").alias("pos", "line"),
     ).where((F.col("pos") < F.col("n_lines")) | (F.col("pos") == F.col("n")))
     judged = judge(lines, "line", "client_id", utf8="utf8")
     reason, line = F.col("reason"), F.col("line")

@@ -142,7 +142,8 @@ def test_each_line_is_parsed_once(spark, tmp_path: Path, capsys):
     """The judged lines are cached from a plan with one JSON parse per line: no filter is
     pushed below it as a pruned ``from_json`` of its own (as the optimizer does with a
     filter on the fields of a ``from_json`` projection), since the filters apply to the
-    cache."""
+    cache. And each file is split into lines once: no filter inferred from the explode
+    (``size(items) > 0``) splits it again in the scan."""
     write_backup_folder(tmp_path, HOUR, CLIENT_ID, {"part-00000.jsonl.zst": zst(edge_lines())})
     store = LocalBackupStore(root=str(tmp_path))
     folders = [f for h in take_inventory(store, [HOUR]).values() for f in h.folders]
@@ -150,4 +151,5 @@ def test_each_line_is_parsed_once(spark, tmp_path: Path, capsys):
         judged.bulk.explain()
         plan = capsys.readouterr().out
         assert plan.count("from_json(") == 1, plan
+        assert plan.count("split(value") == 1, plan
         assert judged.all.count() == len(edge_lines())
