@@ -167,12 +167,18 @@ def _copy_arity(cls) -> int:
     return _COPY_ARITY[name]
 
 
-def _scala_copy(obj, *leading):
-    """``obj.copy(*leading)`` of a Scala case class, the other fields unchanged (their
-    ``copy$default$N``), whatever number of fields this Spark version's class has."""
+def _scala_copier(obj, leading: int):
+    """A function of ``leading`` values making ``obj.copy(*values)`` of a Scala case class,
+    the other fields unchanged (their ``copy$default$N``, read once), whatever number of
+    fields this Spark version's class has."""
     count = _copy_arity(obj.getClass())
-    rest = [getattr(obj, f"copy$default${i}")() for i in range(len(leading) + 1, count + 1)]
-    return obj.copy(*leading, *rest)
+    rest = [getattr(obj, f"copy$default${i}")() for i in range(leading + 1, count + 1)]
+    return lambda *values: obj.copy(*values, *rest)
+
+
+def _scala_copy(obj, *leading):
+    """``obj.copy(*leading)`` of a Scala case class, the other fields unchanged."""
+    return _scala_copier(obj, len(leading))(*leading)
 
 
 def register_partitions(
@@ -211,21 +217,27 @@ def _create_partitions(
     # qualified as SQL's ADD qualifies it (file:/..., s3a://...): the ledger compares them
     qualified = spark._jsparkSession.sessionState().catalog().makeQualifiedPath
     to_map = jvm.org.apache.spark.api.python.PythonUtils.toScalaMap
+    # JVM classes looked up once, not per partition: py4j resolves each name of a
+    # ``jvm.a.b.C`` chain in a round trip of its own (a miss scans every jar)
+    hash_map, option = jvm.java.util.HashMap, jvm.scala.Option
+    partition = jvm.org.apache.spark.sql.catalyst.catalog.CatalogTablePartition
+    no_parameters, no_stats = to_map(hash_map()), option.empty()  # immutable, shared
+    stored_at = _scala_copier(storage, 1)  # the table's storage at another location
     created = jvm.java.lang.System.currentTimeMillis()
     made = jvm.java.util.ArrayList()
     for hour, version, where in partitions:
-        spec = jvm.java.util.HashMap()
+        spec = hash_map()
         spec.put("hour", hour)
         if version is not None:
             spec.put("version", version)
         made.add(
-            jvm.org.apache.spark.sql.catalyst.catalog.CatalogTablePartition(
+            partition(
                 to_map(spec),
-                _scala_copy(storage, jvm.scala.Option.apply(qualified(to_uri(where)))),
-                to_map(jvm.java.util.HashMap()),
+                stored_at(option.apply(qualified(to_uri(where)))),
+                no_parameters,
                 created,
                 -1,
-                jvm.scala.Option.empty(),
+                no_stats,
             )
         )
     sequence = jvm.scala.jdk.javaapi.CollectionConverters.asScala(made).toSeq()
@@ -263,14 +275,13 @@ def _relocate(spark: SparkSession, table: str, locations: dict[str, str]) -> Non
         location(new)
     jvm = spark._jvm
     to_uri = jvm.org.apache.spark.sql.catalyst.catalog.CatalogUtils.stringToURI
+    option = jvm.scala.Option  # looked up once, not per partition
     changed = jvm.java.util.ArrayList()
     found = set()
     for hour, partition in _partitions(spark, table):
         if hour in locations:
             found.add(hour)
-            storage = _scala_copy(
-                partition.storage(), jvm.scala.Option.apply(to_uri(locations[hour]))
-            )
+            storage = _scala_copy(partition.storage(), option.apply(to_uri(locations[hour])))
             changed.add(_scala_copy(partition, partition.spec(), storage))
     missing = sorted(set(locations) - found)
     if missing:
