@@ -19,7 +19,8 @@ from backfill_assets.definitions import build_definitions
 from backfill_assets.generator import generate_backups
 from backfill_assets.settings import Settings
 
-# The suite's JVMs compile with C1 only (HotSpot's quick JIT tier), with C2's code cache size.
+# The suite's JVMs compile with C1 only (HotSpot's quick JIT tier), with C2's code cache size,
+# and collect with the serial collector (below).
 # They run small data: short runs, fault and stack processes, a driver that plans many small
 # releases. The machine's cores are the suite's limit, and C2 spent them compiling code that
 # then ran a few times: C2's compiler threads used 32 of a cold release's 58 s of JVM CPU (C1
@@ -32,7 +33,7 @@ from backfill_assets.settings import Settings
 # CPU its two cores did not have (the whole suite 13:24 with it instead of 15:29; the stack
 # test 197 s instead of 261 s, the CLI backfills 148 s instead of 210 s, erasure 81 s
 # instead of 98 s; 2026-11-27, the installed checkout).
-TEST_JVM_JIT = ("-XX:TieredStopAtLevel=1", "-XX:ReservedCodeCacheSize=240m", "-XX:+UseSerialGC")
+TEST_JVM_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:ReservedCodeCacheSize=240m", "-XX:+UseSerialGC")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -50,7 +51,7 @@ def temporary_files() -> Iterator[Path]:
     Traversable by other users (not listable): the stack's Postgres runs as its service
     user in a directory of its own below it.
 
-    The same variable gives every JVM of the suite ``TEST_JVM_JIT``."""
+    The same variable gives every JVM of the suite ``TEST_JVM_OPTIONS``."""
     import os
     import shutil
     import tempfile
@@ -60,7 +61,9 @@ def temporary_files() -> Iterator[Path]:
     saved = {name: os.environ.get(name) for name in ("TMPDIR", "JAVA_TOOL_OPTIONS")}
     os.environ["TMPDIR"] = str(directory)
     os.environ["JAVA_TOOL_OPTIONS"] = " ".join(
-        filter(None, [saved["JAVA_TOOL_OPTIONS"], f"-Djava.io.tmpdir={directory}", *TEST_JVM_JIT])
+        filter(
+            None, [saved["JAVA_TOOL_OPTIONS"], f"-Djava.io.tmpdir={directory}", *TEST_JVM_OPTIONS]
+        )
     )
     tempfile.tempdir = None  # this process's tempfile reads TMPDIR again
     try:
