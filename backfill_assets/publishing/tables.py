@@ -204,8 +204,8 @@ def _create_partitions(
 
     Through the metastore client rather than SQL: ``ALTER TABLE ... ADD`` made ten metastore
     calls whatever the number of partitions (and split more than 100 into several
-    transactions), this makes five (each 20-25 ms on the embedded metastore, paid by every
-    shadow output and every publish)."""
+    transactions), this makes five (each 2.5-7 ms on an idle embedded metastore, 20-25 ms
+    under the suite's load; paid by every shadow output and every publish)."""
     for hour, version, where in partitions:
         partition_spec(hour, version)  # validated
         location(where)

@@ -52,6 +52,21 @@ def published_event(instance, hour: str, key: dg.AssetKey = PAYLOADS) -> dict:
     return {k: v.value for k, v in record.asset_materialization.metadata.items()}
 
 
+def parquet_dictionaries(root: str) -> set[str]:
+    """The columns dictionary-encoded in some row group of the Parquet files under ``root``."""
+    import pyarrow.parquet as pq
+
+    found = set()
+    for path in Path(root.removeprefix("file:")).rglob("*.parquet"):
+        meta = pq.ParquetFile(path).metadata
+        for group in range(meta.num_row_groups):
+            for i in range(meta.num_columns):
+                column = meta.row_group(group).column(i)
+                if any("DICTIONARY" in e for e in column.encodings):
+                    found.add(column.path_in_schema)
+    return found
+
+
 RAW_ONLY = {"downstream": False}  # these tests are about the raw layer alone
 
 
@@ -107,6 +122,18 @@ def test_range_runs_once_and_publishes_exactly_the_valid_lines(
     }
     assert sum(m["manifest_records"] for m in per_hour.values()) == len(valid) + len(malformed)
     assert sum(m["rows"] for m in per_hour.values()) == len(valid)
+    # ids and timestamps are written without a Parquet dictionary, the other columns with one
+    assert parquet_dictionaries(lineage["location"]) == {
+        "client_id",
+        "user_id",
+        "event_type",
+        "page_url",
+        "device",
+        "referrer",
+        "schema_version",
+        "run_id",
+        "code_version",
+    }
     # contract: a line received outside its folder's hour is published in it and counted
     outside = Counter()
     for folder in read_truth_folders(backups):
