@@ -261,8 +261,9 @@ class ShadowTableIOManager(dg.ConfigurableIOManager):
         )
         context.log.info(f"writing {table} version {version} for {len(hours)} hour(s)")
         writer = obj.write.mode("overwrite").partitionBy("hour")
-        for column in set(self.plain_encoded_columns) & set(obj.columns):
-            writer = writer.option(f"parquet.enable.dictionary#{column}", "false")
+        for column in self.plain_encoded_columns:
+            if column in obj.columns:
+                writer = writer.option(f"parquet.enable.dictionary#{column}", "false")
         writer.parquet(version_root)
         register_partitions(
             self.spark, table, {(h, version): f"{version_root}/hour={h}" for h in hours}
