@@ -103,7 +103,10 @@ def spark_config(
     if settings.environment == "production":
         conf.update(read_conf(conf_dir / "production.conf", env, resolve=resolve))
     conf["spark.sql.warehouse.dir"] = settings.warehouse_dir
-    java_options = [f"-Dlog4j2.configurationFile=file:{conf_dir / 'log4j2.properties'}"]
+    java_options = [  # the profile's JVM options (JIT), then the project's
+        *conf.get("spark.driver.extraJavaOptions", "").split(),
+        f"-Dlog4j2.configurationFile=file:{conf_dir / 'log4j2.properties'}",
+    ]
     if settings.environment == "local" and not is_uri(settings.data_root):
         # Embedded Hive metastore (Derby) under DATA_ROOT; derby.log beside it. The
         # production profile uses the shared metastore service (hive.metastore.uris).

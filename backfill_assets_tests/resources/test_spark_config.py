@@ -39,8 +39,11 @@ def test_local_profile_uses_embedded_metastore_under_data_root(tmp_path: Path):
         f"databaseName={tmp_path}/data/metastore_db"
         in conf["spark.hadoop.javax.jdo.option.ConnectionURL"]
     )
-    assert (
-        str(PROJECT_ROOT / "spark" / "log4j2.properties") in conf["spark.driver.extraJavaOptions"]
+    java_options = conf["spark.driver.extraJavaOptions"].split()
+    # the profile's JIT options (spark-defaults.conf) first, then the project's own
+    assert java_options[:2] == ["-XX:FreqInlineSize=100", "-XX:InlineSmallCode=500"]
+    assert f"-Dlog4j2.configurationFile=file:{PROJECT_ROOT / 'spark' / 'log4j2.properties'}" in (
+        java_options
     )
 
 
