@@ -58,6 +58,20 @@ _KIND_FILE = "file"  # one row per expected file: its digest check
 _KIND_READ = "read"  # one row per file Spark decompressed (marks it readable)
 
 _UNDECIDED_COLUMNS = ("hour", "client_id", "file", "line_number", "raw_bytes")
+# What the rows that are not valid lines need (their payload columns are null).
+_SIDE_COLUMNS = (
+    "kind",
+    "hour",
+    "client_id",
+    "file",
+    "line_number",
+    "reason",
+    "raw_text",
+    "raw_bytes",
+    "records",
+    "empty",
+)
+_PARSED_TYPES = dict(c.strip().split(" ") for c in PARSED_SCHEMA.split(","))
 _FILES_SCHEMA = (
     "file string, hour string, client_id bigint, hour_start_ms bigint, sha256 string, "
     "records bigint"
@@ -72,6 +86,14 @@ DRIVER_JUDGED_BYTES = 16 * 2**20
 
 def _rel(path: Column) -> Column:
     return F.regexp_extract(path, _REL_PATH, 1)
+
+
+def _parsed(frame: DataFrame) -> DataFrame:
+    """``frame``'s rows as ``PARSED_SCHEMA`` rows: the columns it lacks are typed nulls."""
+    have = set(frame.columns)
+    return frame.select(
+        *(c if c in have else F.lit(None).cast(_PARSED_TYPES[c]).alias(c) for c in COLUMNS)
+    )
 
 
 def _checkpoint(batches: Iterator) -> Iterator:
@@ -364,8 +386,11 @@ def read_folders(
         # counts, the undecided lines and the quarantine write read them without scanning
         # the valid lines again (nor scheduling a task per partition of the judged lines).
         # A shuffle, not a coalesce: the judge itself keeps one task per file split.
+        # Without the payload columns (null on these rows): the scan of the judged lines
+        # reads only the columns kept here.
         side = (
             judged.where(kind != KIND_PAYLOAD)
+            .select(*_SIDE_COLUMNS)
             .repartition(spark.sparkContext.defaultParallelism)
             .persist(StorageLevel.MEMORY_AND_DISK)
         )
@@ -377,7 +402,7 @@ def read_folders(
             driver_judged_lines,
         )
         held.append(undecided)
-        rejected = side.where(kind == KIND_QUARANTINE).select(*COLUMNS)
+        rejected = _parsed(side.where(kind == KIND_QUARANTINE))
         files = side.where(kind == _KIND_FILE)
         read = side.where(kind == _KIND_READ).select("file")
         unreadable = (
@@ -396,10 +421,8 @@ def read_folders(
             )
         )
         corrupt = files.where(F.col("reason").isNotNull())
-        file_rows = (
-            corrupt.unionByName(unreadable)
-            .withColumn("kind", F.lit(KIND_QUARANTINE))
-            .select(*COLUMNS)
+        file_rows = _parsed(
+            corrupt.unionByName(unreadable).withColumn("kind", F.lit(KIND_QUARANTINE))
         )
         return rejected.unionByName(undecided).unionByName(file_rows)
 

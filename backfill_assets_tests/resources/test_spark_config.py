@@ -166,3 +166,26 @@ def test_a_runs_spark_usage_counts_the_stages_since_its_mark(spark):
     assert spark_usage(spark, after, started).task_seconds == 0  # nothing newer than the mark
     cores = spark.sparkContext._jvm.java.lang.Runtime.getRuntime().availableProcessors()
     assert spark_usage(spark, after, started).cores == cores  # local[*]: the JVM's cores
+
+
+def test_column_expressions_are_built_without_dataframe_debugging(spark):
+    # A static setting: it only holds if the profile's value reached the session when it
+    # started. With PySpark's debugging on, the column functions below also make more py4j
+    # round trips (for the active session, a configuration value, the origin object).
+    from py4j.clientserver import ClientServerConnection
+    from pyspark.sql import functions as F
+
+    assert spark.conf.get("spark.python.sql.dataFrameDebugging.enabled") == "false"
+    calls = []
+    send = ClientServerConnection.send_command
+
+    def counted(self, command):
+        calls.append(command)
+        return send(self, command)
+
+    ClientServerConnection.send_command = counted
+    try:
+        F.coalesce(F.upper(F.col("a")), F.lower(F.col("b")), F.lit("c"))
+    finally:
+        ClientServerConnection.send_command = send
+    assert 0 < len(calls) < 40  # 30 here; 45 with the debugging hooks (PySpark 4.3)
