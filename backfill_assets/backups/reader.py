@@ -4,8 +4,10 @@ One plan, no per-file or per-hour jobs, nothing collected to the driver but a bo
 number of lines only the Python reference can judge:
 
 - **Files**: Spark's ``binaryFile`` source reads the compressed bytes and ``sha2`` checks
-  each file against its manifest entry (in the JVM). A file whose digest differs is one
-  ``file_digest_mismatch`` quarantine row and none of its lines.
+  each file against its manifest entry (in the JVM), in the same job as the lines (no job
+  of its own before it). A file whose digest differs is one ``file_digest_mismatch``
+  quarantine row and none of its lines: they are left out once the first pass has found
+  the mismatch (which then counts again, from the cache, without them).
 - **Lines**: Spark's text source decompresses each ``.jsonl.zst`` file itself (zstd-jni
   in the pyspark wheel; content size may be absent) with ``wholetext``: one row per file,
   split on ``\\n`` and ``posexplode``-d, so line numbers are exact by construction (no
@@ -114,17 +116,19 @@ def _file_checks(spark: SparkSession, paths: list[str], expected: DataFrame) -> 
 
 
 def _parse(spark: SparkSession, paths: list[str], expected: DataFrame) -> DataFrame:
-    """Every line judged in the JVM (``UNDECIDED`` ones marked), plus file-level rows."""
+    """Every line judged in the JVM (``UNDECIDED`` ones marked), plus file-level rows:
+    the lines of every expected file, whatever its digest (``read_folders`` leaves out
+    those of a file whose digest differs, which its file row names)."""
     checks = _file_checks(spark, paths, expected)
     digest_ok = F.col("actual_sha256") == F.col("sha256")
-    readable = F.broadcast(
-        checks.where(digest_ok).select("file", "hour", "client_id", "hour_start_ms")
-    )
+    # Joined with the manifests' entries, a local relation (no job): not with the digests'
+    # verdicts, which would make the digest pass a job of its own before this one.
+    files = F.broadcast(expected.select("file", "hour", "client_id", "hour_start_ms"))
     texts = (
         spark.read.option("ignoreCorruptFiles", "true")
         .text(paths, wholetext=True)
         .select(_rel(F.col("_metadata.file_path")).alias("file"), "value")
-        .join(readable, "file")
+        .join(files, "file")
     )
     value = F.col("value")
     raw_split = F.transform(  # each line keeps its bytes, valid UTF-8 or not
@@ -310,23 +314,43 @@ class JudgedLines:
     the executors' reader judges every line in one pass: ``bulk`` is every row of every
     kind and ``rest`` is empty.)"""
 
-    def __init__(self, bulk: DataFrame, rest: Callable[[], DataFrame]):
-        self.bulk = bulk
+    def __init__(
+        self,
+        bulk: DataFrame,
+        rest: Callable[[], DataFrame],
+        left_out: Callable[[], list[str]] | None = None,
+    ):
+        self._bulk = bulk
         self._judge_rest = rest
         self._rest: DataFrame | None = None
+        # after the first pass: the files none of whose lines count (digest mismatch)
+        self._left_out = left_out
 
     def first_pass(self, action: Callable[[DataFrame], _T]) -> _T:
         """``action(bulk)``, the caller's first action: in the same pass as the reading,
         judging and caching of the files. Adaptive execution would fill the cache in a job
         of its own (a table-cache query stage) and then scan it again for the action; it is
-        off for this one action, so that the action's first stage fills the cache."""
-        conf = self.bulk.sparkSession.conf
+        off for this one action, so that the action's first stage fills the cache.
+
+        That pass judges the lines of every file and checks the files' digests beside
+        them; should a digest differ, the action runs once more, over the cache, without
+        that file's lines (which ``bulk``, ``rest`` and ``all`` leave out too)."""
+        conf = self._bulk.sparkSession.conf
         was = conf.get(_ADAPTIVE)
         conf.set(_ADAPTIVE, "false")
         try:
-            return action(self.bulk)
+            result = action(self._bulk)
         finally:
             conf.set(_ADAPTIVE, was)
+        if self._left_out and self._left_out():  # a digest mismatch: rare
+            result = action(self.bulk)  # again, from the cache, without those files' lines
+        return result
+
+    @property
+    def bulk(self) -> DataFrame:
+        """The valid lines, but those of a file left out (its digest differs)."""
+        left_out = self._left_out() if self._left_out else []
+        return self._bulk.where(~F.col("file").isin(left_out)) if left_out else self._bulk
 
     @property
     def rest(self) -> DataFrame:
@@ -380,31 +404,46 @@ def read_folders(
     )
     kind = F.col("kind")
     held = [judged]  # what is cached, released on exit
+    known: dict[str, object] = {}  # the side rows and the files left out, made once
 
-    def rest() -> DataFrame:
+    def side() -> DataFrame:
         # The few rows that are not valid lines, cached apart in a few partitions: the
         # counts, the undecided lines and the quarantine write read them without scanning
         # the valid lines again (nor scheduling a task per partition of the judged lines).
         # A shuffle, not a coalesce: the judge itself keeps one task per file split.
         # Without the payload columns (null on these rows): the scan of the judged lines
         # reads only the columns kept here.
-        side = (
-            judged.where(kind != KIND_PAYLOAD)
-            .select(*_SIDE_COLUMNS)
-            .repartition(spark.sparkContext.defaultParallelism)
-            .persist(StorageLevel.MEMORY_AND_DISK)
-        )
-        held.append(side)
+        if "side" not in known:
+            known["side"] = (
+                judged.where(kind != KIND_PAYLOAD)
+                .select(*_SIDE_COLUMNS)
+                .repartition(spark.sparkContext.defaultParallelism)
+                .persist(StorageLevel.MEMORY_AND_DISK)
+            )
+            held.append(known["side"])
+        return known["side"]
+
+    def left_out() -> list[str]:
+        """The files whose digest differs from their manifest's: none of their lines count
+        (one small action over the side rows; the file rows are one per expected file)."""
+        if "left_out" not in known:
+            mismatched = side().where((kind == _KIND_FILE) & F.col("reason").isNotNull())
+            known["left_out"] = sorted(r.file for r in mismatched.select("file").collect())
+        return known["left_out"]
+
+    def rest() -> DataFrame:
+        bad = left_out()
+        lines = side().where(~F.col("file").isin(bad)) if bad else side()
         undecided = _judge_undecided(
             spark,
-            side.where(kind == _KIND_UNDECIDED).select(*_UNDECIDED_COLUMNS),
+            lines.where(kind == _KIND_UNDECIDED).select(*_UNDECIDED_COLUMNS),
             hour_starts,
             driver_judged_lines,
         )
         held.append(undecided)
-        rejected = _parsed(side.where(kind == KIND_QUARANTINE))
-        files = side.where(kind == _KIND_FILE)
-        read = side.where(kind == _KIND_READ).select("file")
+        rejected = _parsed(lines.where(kind == KIND_QUARANTINE))
+        files = side().where(kind == _KIND_FILE)
+        read = side().where(kind == _KIND_READ).select("file")
         unreadable = (
             files.where(F.col("reason").isNull() & ~F.col("empty"))
             .join(read, "file", "left_anti")
@@ -427,7 +466,7 @@ def read_folders(
         return rejected.unionByName(undecided).unionByName(file_rows)
 
     try:
-        yield JudgedLines(judged.where(kind == KIND_PAYLOAD).select(*COLUMNS), rest)
+        yield JudgedLines(judged.where(kind == KIND_PAYLOAD).select(*COLUMNS), rest, left_out)
     finally:
         for frame in reversed(held):
             frame.unpersist()

@@ -148,8 +148,37 @@ def test_each_line_is_parsed_once(spark, tmp_path: Path, capsys):
     store = LocalBackupStore(root=str(tmp_path))
     folders = [f for h in take_inventory(store, [HOUR]).values() for f in h.folders]
     with read_folders(spark, store, folders) as judged:
-        judged.bulk.explain()
+        judged.first_pass(lambda bulk: bulk.explain())  # the plan of the pass that caches
         plan = capsys.readouterr().out
         assert plan.count("from_json(") == 1, plan
         assert plan.count("split(value") == 1, plan
         assert judged.all.count() == len(edge_lines())
+
+
+def test_a_file_whose_digest_differs_gives_one_row_and_none_of_its_lines(spark, tmp_path: Path):
+    """The digests are checked in the same pass as the lines, so the lines of a file whose
+    digest differs (here: the manifest's, the file decompresses fine) were read, judged and
+    cached; none of them may come out, and the first pass counts without them."""
+    lines = edge_lines()
+    folder = write_backup_folder(
+        tmp_path,
+        HOUR,
+        CLIENT_ID,
+        {"part-00000.jsonl.zst": zst(lines), "part-00001.jsonl.zst": zst(lines[:50])},
+    )
+    manifest = json.loads((folder / "_MANIFEST.json").read_text())
+    tampered = next(f for f in manifest["files"] if f["name"] == "part-00001.jsonl.zst")
+    tampered["sha256"] = "0" * 64
+    (folder / "_MANIFEST.json").write_text(json.dumps(manifest))
+    store = LocalBackupStore(root=str(tmp_path))
+    folders = [f for h in take_inventory(store, [HOUR]).values() for f in h.folders]
+    with read_folders(spark, store, folders) as judged:
+        counted = judged.first_pass(lambda bulk: bulk.groupBy("file").count().collect())
+        rows = judged.all.select("kind", "file", "line_number", "reason").collect()
+    assert {r["file"].rsplit("/", 1)[-1] for r in counted} == {"part-00000.jsonl.zst"}
+    from_tampered = [r for r in rows if r.file.endswith("part-00001.jsonl.zst")]
+    assert len(from_tampered) == 1
+    assert from_tampered[0].line_number is None
+    assert from_tampered[0].reason.startswith("file_digest_mismatch: sha256 ")
+    assert from_tampered[0].reason.endswith(" 50 lines not read")
+    assert len(rows) == len(lines) + 1  # every line of the other file, exactly once
