@@ -19,7 +19,8 @@ PARSED_SCHEMA = (
     "event_time timestamp, received_at timestamp, event_type string, page_url string, "
     "device string, referrer string, schema_version int, received_outside_hour boolean"
 )
-COLUMNS = [c.strip().split(" ")[0] for c in PARSED_SCHEMA.split(",")]
+TYPES = dict(c.strip().split(" ") for c in PARSED_SCHEMA.split(","))  # column -> Spark type
+COLUMNS = list(TYPES)
 _PAYLOAD_FIELDS = ("payload_id", "user_id", "event_type", "page_url", "device", "referrer")
 
 

@@ -33,6 +33,7 @@ number, reason and raw text.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TypeVar
@@ -49,6 +50,7 @@ from backfill_assets.backups.parsed_rows import (
     KIND_PAYLOAD,
     KIND_QUARANTINE,
     PARSED_SCHEMA,
+    TYPES,
     ParsedRows,
 )
 from backfill_assets.backups.spark_contract import UNDECIDED, judge
@@ -73,7 +75,6 @@ _SIDE_COLUMNS = (
     "records",
     "empty",
 )
-_PARSED_TYPES = dict(c.strip().split(" ") for c in PARSED_SCHEMA.split(","))
 _FILES_SCHEMA = (
     "file string, hour string, client_id bigint, hour_start_ms bigint, sha256 string, "
     "records bigint"
@@ -93,9 +94,7 @@ def _rel(path: Column) -> Column:
 def _parsed(frame: DataFrame) -> DataFrame:
     """``frame``'s rows as ``PARSED_SCHEMA`` rows: the columns it lacks are typed nulls."""
     have = set(frame.columns)
-    return frame.select(
-        *(c if c in have else F.lit(None).cast(_PARSED_TYPES[c]).alias(c) for c in COLUMNS)
-    )
+    return frame.select(*(c if c in have else F.lit(None).cast(TYPES[c]).alias(c) for c in COLUMNS))
 
 
 def _checkpoint(batches: Iterator) -> Iterator:
@@ -404,8 +403,8 @@ def read_folders(
     )
     kind = F.col("kind")
     held = [judged]  # what is cached, released on exit
-    known: dict[str, object] = {}  # the side rows and the files left out, made once
 
+    @functools.cache
     def side() -> DataFrame:
         # The few rows that are not valid lines, cached apart in a few partitions: the
         # counts, the undecided lines and the quarantine write read them without scanning
@@ -413,23 +412,21 @@ def read_folders(
         # A shuffle, not a coalesce: the judge itself keeps one task per file split.
         # Without the payload columns (null on these rows): the scan of the judged lines
         # reads only the columns kept here.
-        if "side" not in known:
-            known["side"] = (
-                judged.where(kind != KIND_PAYLOAD)
-                .select(*_SIDE_COLUMNS)
-                .repartition(spark.sparkContext.defaultParallelism)
-                .persist(StorageLevel.MEMORY_AND_DISK)
-            )
-            held.append(known["side"])
-        return known["side"]
+        rows = (
+            judged.where(kind != KIND_PAYLOAD)
+            .select(*_SIDE_COLUMNS)
+            .repartition(spark.sparkContext.defaultParallelism)
+            .persist(StorageLevel.MEMORY_AND_DISK)
+        )
+        held.append(rows)
+        return rows
 
+    @functools.cache
     def left_out() -> list[str]:
         """The files whose digest differs from their manifest's: none of their lines count
         (one small action over the side rows; the file rows are one per expected file)."""
-        if "left_out" not in known:
-            mismatched = side().where((kind == _KIND_FILE) & F.col("reason").isNotNull())
-            known["left_out"] = sorted(r.file for r in mismatched.select("file").collect())
-        return known["left_out"]
+        mismatched = side().where((kind == _KIND_FILE) & F.col("reason").isNotNull())
+        return sorted(r.file for r in mismatched.select("file").collect())
 
     def rest() -> DataFrame:
         bad = left_out()

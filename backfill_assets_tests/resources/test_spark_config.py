@@ -168,7 +168,7 @@ def test_a_runs_spark_usage_counts_the_stages_since_its_mark(spark):
     assert spark_usage(spark, after, started).cores == cores  # local[*]: the JVM's cores
 
 
-def test_column_expressions_are_built_without_dataframe_debugging(spark):
+def test_column_expressions_are_built_without_dataframe_debugging(spark, monkeypatch):
     # A static setting: it only holds if the profile's value reached the session when it
     # started. With PySpark's debugging on, the column functions below also make more py4j
     # round trips (for the active session, a configuration value, the origin object).
@@ -183,9 +183,7 @@ def test_column_expressions_are_built_without_dataframe_debugging(spark):
         calls.append(command)
         return send(self, command)
 
-    ClientServerConnection.send_command = counted
-    try:
-        F.coalesce(F.upper(F.col("a")), F.lower(F.col("b")), F.lit("c"))
-    finally:
-        ClientServerConnection.send_command = send
+    monkeypatch.setattr(ClientServerConnection, "send_command", counted)
+    F.coalesce(F.upper(F.col("a")), F.lower(F.col("b")), F.lit("c"))
+    monkeypatch.undo()
     assert 0 < len(calls) < 40  # 30 here; 45 with the debugging hooks (PySpark 4.3)
