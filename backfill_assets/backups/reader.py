@@ -42,7 +42,7 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from backfill_assets import faults
+from backfill_assets import faults, frames
 from backfill_assets.backups import contract
 from backfill_assets.backups.inventory import Folder, unique_files
 from backfill_assets.backups.parsed_rows import (
@@ -78,6 +78,14 @@ _SIDE_COLUMNS = (
 _FILES_SCHEMA = (
     "file string, hour string, client_id bigint, hour_start_ms bigint, sha256 string, "
     "records bigint"
+)
+_FILES_ARROW = (
+    ("file", "string"),
+    ("hour", "string"),
+    ("client_id", "int64"),
+    ("hour_start_ms", "int64"),
+    ("sha256", "string"),
+    ("records", "int64"),
 )
 # The part of a file's path the inventory names it by: raw/date=…/hour=…/client_id=…/part-…
 _REL_PATH = r"(raw/date=[^/]+/hour=[^/]+/client_id=[^/]+/[^/]+)$"
@@ -382,7 +390,7 @@ def read_folders(
         for folder, f in unique_files(folders)
     ]
     if not expected:
-        empty = spark.createDataFrame([], PARSED_SCHEMA)
+        empty = frames.empty(spark, PARSED_SCHEMA)
         yield JudgedLines(empty, lambda: empty)
         return
     if not store.spark_reads_files():
@@ -393,14 +401,13 @@ def read_folders(
             StorageLevel.MEMORY_AND_DISK
         )
         try:
-            yield JudgedLines(parsed, lambda: spark.createDataFrame([], PARSED_SCHEMA))
+            yield JudgedLines(parsed, lambda: frames.empty(spark, PARSED_SCHEMA))
         finally:
             parsed.unpersist()
         return
     paths = [store.spark_path(rel) for rel, *_ in sorted(expected)]
-    judged = _parse(spark, paths, spark.createDataFrame(expected, _FILES_SCHEMA)).persist(
-        StorageLevel.MEMORY_AND_DISK
-    )
+    entries = frames.local(spark, expected, _FILES_ARROW, _FILES_SCHEMA)  # no Python worker
+    judged = _parse(spark, paths, entries).persist(StorageLevel.MEMORY_AND_DISK)
     kind = F.col("kind")
     held = [judged]  # what is cached, released on exit
 

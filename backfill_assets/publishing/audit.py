@@ -32,6 +32,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from backfill_assets import frames
 from backfill_assets.publishing.tables import (
     AUDIT_DB,
     ensure_table,
@@ -161,7 +162,7 @@ def append(spark: SparkSession, warehouse_dir: str, table: str, rows: Sequence[d
 def read(spark: SparkSession, table: str) -> DataFrame:
     """The audit table as a DataFrame (empty with the right schema if never written)."""
     if not table_exists(spark, table):
-        return spark.createDataFrame([], schema(table))
+        return frames.empty(spark, schema(table))
     spark.catalog.refreshTable(table)
     return spark.table(table)
 

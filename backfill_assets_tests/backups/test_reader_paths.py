@@ -155,6 +155,20 @@ def test_each_line_is_parsed_once(spark, tmp_path: Path, capsys):
         assert judged.all.count() == len(edge_lines())
 
 
+def test_the_manifests_entries_are_a_local_relation(spark, tmp_path: Path, capsys):
+    """The manifests' entries the lines are joined with reach the plan as a local table
+    (through Arrow), not as an RDD of pickled Python rows, whose every job starts Python
+    workers (1-1.5 s in a session that had none: the raw layer needs none)."""
+    write_backup_folder(tmp_path, HOUR, CLIENT_ID, {"part-00000.jsonl.zst": zst(edge_lines())})
+    store = LocalBackupStore(root=str(tmp_path))
+    folders = [f for h in take_inventory(store, [HOUR]).values() for f in h.folders]
+    with read_folders(spark, store, folders) as judged:
+        judged.first_pass(lambda bulk: bulk.explain())
+        plan = capsys.readouterr().out
+    assert "LocalTableScan" in plan, plan
+    assert "ExistingRDD" not in plan, plan
+
+
 def test_a_file_whose_digest_differs_gives_one_row_and_none_of_its_lines(spark, tmp_path: Path):
     """The digests are checked in the same pass as the lines, so the lines of a file whose
     digest differs (here: the manifest's, the file decompresses fine) were read, judged and
