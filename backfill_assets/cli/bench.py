@@ -121,7 +121,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--payloads",
         type=int,
         default=200_000,
-        help="approximate number of payloads to generate (default 200000)",
+        help="approximate number of payloads to generate, per round (default 200000)",
     )
     p.add_argument("--hours", type=int, default=24, help="hours of backups (default 24)")
     p.add_argument("--clients", type=int, default=8, help="clients (default 8)")
@@ -131,6 +131,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--compare",
         action="store_true",
         help="also run a plain PySpark job of the same three layers and print the ratio",
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="with --compare: compare on as many days of their own, one after the other "
+        "(the tree holds --hours x ROUNDS hours; each round runs the plain job, then the "
+        "project's release, over its own hours) and print each round's ratio and their "
+        "median (default 1)",
     )
     p.add_argument(
         "--fixed-cost-hours",
@@ -145,9 +154,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.payloads < 1000 or args.hours < 8 or args.clients < 1:
         raise CommandError("need --payloads >= 1000, --hours >= 8 and --clients >= 1")
+    if args.rounds < 1 or (args.rounds > 1 and not args.compare):
+        raise CommandError("--rounds N (N >= 1) repeats the comparison: it needs --compare")
     from backfill_assets.definitions import build_definitions
     from backfill_assets.generator import generate_backups
     from backfill_assets.launch import LAYERS, validate_layers
+    from backfill_assets.partitions import shift_hour
     from backfill_assets.settings import Settings
 
     layers = validate_layers(args.layers.split(",") if args.layers else LAYERS)
@@ -156,6 +168,7 @@ def run(args: argparse.Namespace) -> int:
         fixed_hours = 168 if args.compare else 0
     if args.compare and list(layers) != list(LAYERS):
         raise CommandError("--compare runs all three layers; drop --layers")
+    rounds = args.rounds
     with tempfile.TemporaryDirectory(prefix="backfill-bench-") as scratch:
         root = Path(args.keep or scratch)
         # The generator's default shape yields about one payload per user and hour.
@@ -164,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
         summary = generate_backups(
             root / "backups",
             start=START,
-            hours=args.hours,
+            hours=args.hours * rounds,
             clients=args.clients,
             users_per_client=users,
             seed=1,
@@ -187,11 +200,8 @@ def run(args: argparse.Namespace) -> int:
         import dagster as dg
 
         (root / "dagster_home").mkdir(parents=True, exist_ok=True)
-        ranges = bench_ranges(layers, START, args.hours)
-        plain = None
+        spark = None
         if args.compare:
-            from backfill_assets.cli.bench_plain import run_plain
-            from backfill_assets.partitions import hour_range
             from backfill_assets.resources.spark import spark_session
 
             # The session is started before anything is timed: its JVM, and its metastore
@@ -200,50 +210,104 @@ def run(args: argparse.Namespace) -> int:
             spark = spark_session(settings)
             spark.range(1).count()
             spark.catalog.listDatabases()
-            aggregated = next(r for r in ranges if r[0] == "aggregated")
-            plain = run_plain(
-                spark,
-                str((root / "backups").resolve()),
-                str((root / "plain").resolve()),
-                hour_range(aggregated[1], aggregated[2]),
-            )
+        ok = True
+        compared: list[tuple[float, float]] = []  # (plain, project) seconds of each round
         with dg.DagsterInstance.local_temp(
             str(root / "dagster_home"), overrides={"telemetry": {"enabled": False}}
         ) as inst:
-            runs, wall = run_project(build_definitions(settings), inst, ranges)
-            ok = all(r.success for r in runs) and len(runs) == len(ranges) + 1
-            print(
-                f"{'layer':<12} {'hours':>5} {'seconds':>8} {'payloads/s (lines read)':>24}  result"
-            )
-            for r in runs:
-                shown = f"{summary.lines / r.seconds:,.0f}" if r.layer == "raw" else "-"
-                print(
-                    f"{r.layer:<12} {r.hours:>5} {r.seconds:>8.1f} {shown:>24}  "
-                    f"{'ok' if r.success else 'FAILED: ' + '; '.join(r.failures)}"
-                )
-            print(
-                f"release: {wall:.1f}s wall-clock, {sum(r.seconds for r in runs):.1f}s in its runs"
-            )
-            if plain is not None:
-                project = {r.layer: r.seconds for r in runs}
-                total = wall  # the whole release, run creation between its runs included
-                print("compare (same tree, same session; seconds):")
-                print(f"{'layer':<12} {'plain':>8} {'project':>8} {'ratio':>6}")
-                for layer, seconds in (
-                    ("raw", plain.raw),
-                    ("transformed", plain.transformed),
-                    ("aggregated", plain.aggregated),
-                    ("total", plain.total),
-                ):
-                    mine = total if layer == "total" else project.get(layer, float("nan"))
-                    print(f"{layer:<12} {seconds:>8.1f} {mine:>8.1f} {mine / seconds:>6.2f}")
-                print(
-                    f"plain raw: {summary.lines / plain.raw:,.0f} lines/s; "
-                    f"project raw: {summary.lines / project.get('raw', float('nan')):,.0f} lines/s"
-                )
+            defs = build_definitions(settings)
+            for number in range(rounds):
+                first = shift_hour(START, number * args.hours)
+                ranges = bench_ranges(layers, first, args.hours)
+                if rounds > 1:
+                    last = shift_hour(first, args.hours - 1)
+                    print(f"round {number + 1} of {rounds}: hours {first}..{last}")
+                lines = summary.lines if rounds == 1 else _lines(root / "backups", ranges)
+                plain = None
+                if spark is not None:
+                    plain = _plain(spark, root, root / f"plain-{number + 1}", ranges)
+                runs, wall = run_project(defs, inst, ranges)
+                ok = ok and all(r.success for r in runs) and len(runs) == len(ranges) + 1
+                _print_release(runs, wall, lines)
+                if plain is not None:
+                    _print_compare(plain, runs, wall, lines)
+                    compared.append((plain.total, wall))
+            if rounds > 1:
+                _print_rounds(compared)
             if fixed_hours:
                 ok = _fixed_cost(root, inst, fixed_hours) and ok
         return 0 if ok else 1
+
+
+def _lines(backups: Path, ranges: list[tuple[str, str, str]]) -> int:
+    """The backup lines of the received hours of ``ranges`` (their manifests' records)."""
+    from backfill_assets.backups.inventory import take_inventory
+    from backfill_assets.partitions import hour_range
+    from backfill_assets.resources.backup_store import LocalBackupStore
+
+    raw = next(r for r in ranges if r[0] == "raw")
+    inventory = take_inventory(LocalBackupStore(root=str(backups)), hour_range(raw[1], raw[2]))
+    return sum(hour.expected_records for hour in inventory.values())
+
+
+def _plain(spark, root: Path, out: Path, ranges: list[tuple[str, str, str]]):
+    """The plain job over the hours of ``ranges`` (what the project's release builds),
+    written under ``out`` (a folder of its own each round: the profile's overwrites are
+    per partition, and the plain job reads back all it wrote)."""
+    from backfill_assets.cli.bench_plain import run_plain
+    from backfill_assets.partitions import hour_range
+
+    raw = next(r for r in ranges if r[0] == "raw")
+    aggregated = next(r for r in ranges if r[0] == "aggregated")
+    return run_plain(
+        spark,
+        str((root / "backups").resolve()),
+        str(out.resolve()),
+        hour_range(aggregated[1], aggregated[2]),
+        hours=hour_range(raw[1], raw[2]),
+    )
+
+
+def _print_release(runs: list[LayerTiming], wall: float, lines: int) -> None:
+    print(f"{'layer':<12} {'hours':>5} {'seconds':>8} {'payloads/s (lines read)':>24}  result")
+    for r in runs:
+        shown = f"{lines / r.seconds:,.0f}" if r.layer == "raw" else "-"
+        print(
+            f"{r.layer:<12} {r.hours:>5} {r.seconds:>8.1f} {shown:>24}  "
+            f"{'ok' if r.success else 'FAILED: ' + '; '.join(r.failures)}"
+        )
+    print(f"release: {wall:.1f}s wall-clock, {sum(r.seconds for r in runs):.1f}s in its runs")
+
+
+def _print_compare(plain, runs: list[LayerTiming], wall: float, lines: int) -> None:
+    project = {r.layer: r.seconds for r in runs}
+    print("compare (same tree, same session; seconds):")
+    print(f"{'layer':<12} {'plain':>8} {'project':>8} {'ratio':>6}")
+    for layer, seconds in (
+        ("raw", plain.raw),
+        ("transformed", plain.transformed),
+        ("aggregated", plain.aggregated),
+        ("total", plain.total),
+    ):
+        # the total is the whole release, the creation of its runs included
+        mine = wall if layer == "total" else project.get(layer, float("nan"))
+        print(f"{layer:<12} {seconds:>8.1f} {mine:>8.1f} {mine / seconds:>6.2f}")
+    print(
+        f"plain raw: {lines / plain.raw:,.0f} lines/s; "
+        f"project raw: {lines / project.get('raw', float('nan')):,.0f} lines/s"
+    )
+
+
+def _print_rounds(compared: list[tuple[float, float]]) -> None:
+    """Each round's totals and ratio, and the median ratio: the two jobs of a round run
+    one after the other, so a slower spell of the machine weighs on both."""
+    import statistics
+
+    ratios = [project / plain for plain, project in compared]
+    print(f"{'round':<6} {'plain':>8} {'project':>8} {'ratio':>6}")
+    for number, ((plain, project), ratio) in enumerate(zip(compared, ratios, strict=True), 1):
+        print(f"{number:<6} {plain:>8.1f} {project:>8.1f} {ratio:>6.2f}")
+    print(f"median ratio of {len(ratios)} rounds: {statistics.median(ratios):.2f}")
 
 
 @dataclass(frozen=True)

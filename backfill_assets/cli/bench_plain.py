@@ -38,16 +38,18 @@ class PlainTimes:
         return self.raw + self.transformed + self.aggregated
 
 
-def _raw(spark: SparkSession, backup_root: str) -> DataFrame:
+def _raw(spark: SparkSession, backup_root: str, hours: list[str] | None = None) -> DataFrame:
     # Spark's JSON source parses each line once, in the scan. (Parsing with ``from_json``
     # in a projection and then filtering on its fields parses every line once more per
     # field the filter reads: the optimizer pushes the filter below the projection and
     # gives each field its own pruned ``from_json``. This job did that until 2026-11-26
     # and parsed every line nine times.)
+    # the whole tree, or the folders of ``hours`` (a round of ``bench --rounds``)
+    folders = [f"date={h[:10]}/hour={h[11:13]}" for h in hours] if hours else ["date=*/hour=*"]
     lines = (
         spark.read.schema(_SCHEMA)
         .option("mode", "DROPMALFORMED")
-        .json(f"{backup_root}/raw/date=*/hour=*/client_id=*/part-*.jsonl.zst")
+        .json([f"{backup_root}/raw/{f}/client_id=*/part-*.jsonl.zst" for f in folders])
     )
     path = F.col("_metadata.file_path")
     event_time = F.coalesce(
@@ -96,10 +98,14 @@ def run_plain(
     session_hours: list[str],
     lookback: int = 3,
     lookahead: int = 3,
+    hours: list[str] | None = None,
 ) -> PlainTimes:
-    """Run the three layers over the whole tree, each written as Parquet under ``out_dir``."""
+    """Run the three layers over the whole tree (or the received ``hours``), each written
+    as Parquet under ``out_dir``."""
     started = time.monotonic()
-    _raw(spark, backup_root).write.mode("overwrite").partitionBy("hour").parquet(f"{out_dir}/raw")
+    _raw(spark, backup_root, hours).write.mode("overwrite").partitionBy("hour").parquet(
+        f"{out_dir}/raw"
+    )
     raw_seconds = time.monotonic() - started
 
     started = time.monotonic()

@@ -12,6 +12,12 @@ def test_bench_rejects_shapes_too_small_to_measure(args: list[str], capsys):
     assert "need --payloads >= 1000" in capsys.readouterr().err
 
 
+def test_rounds_repeat_the_comparison_only(capsys):
+    assert main(["bench", "--rounds", "2"]) == 2
+    assert "--rounds N (N >= 1) repeats the comparison" in capsys.readouterr().err
+    assert main(["bench", "--compare", "--rounds", "0"]) == 2
+
+
 def test_driver_memory_is_measured_on_both_sides_of_the_session(spark):
     from backfill_assets.cli.bench import measure_driver_memory
 
@@ -119,3 +125,25 @@ def test_a_range_is_measured_in_a_driver_of_its_own(tmp_path):
     assert probe["python_peak_mb"] > 0
     assert probe["jvm_rss_peak_mb"] is None or probe["jvm_rss_peak_mb"] > probe["jvm_retained_mb"]
     assert (tmp_path / "probe" / "data").is_dir()  # its own DATA_ROOT, not the suite's
+
+
+def test_the_plain_job_of_a_round_reads_the_hours_of_its_round_only(spark, make_backups):
+    """``bench --rounds``: each round's plain job reads its own hours of the tree, as the
+    project's release of that round does."""
+    import json
+
+    from backfill_assets.cli.bench_plain import _raw
+
+    root = make_backups(hours=3, clients=1, malformed_rate=0.0, write_truth=False)
+
+    def records(hour: str) -> int:
+        folder = f"raw/date={hour[:10]}/hour={hour[11:13]}/*/_MANIFEST.json"
+        return sum(json.loads(m.read_text())["records"] for m in root.glob(folder))
+
+    hours = ["2026-11-20T01", "2026-11-20T02"]
+    counted = {
+        r["hour"]: r["count"]
+        for r in _raw(spark, str(root), hours).groupBy("hour").count().collect()
+    }
+    assert counted == {h: records(h) for h in hours} and all(counted.values())
+    assert _raw(spark, str(root)).count() == sum(records(f"2026-11-20T0{h}") for h in range(3))
