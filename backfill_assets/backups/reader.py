@@ -75,18 +75,17 @@ _SIDE_COLUMNS = (
     "records",
     "empty",
 )
-_FILES_SCHEMA = (
-    "file string, hour string, client_id bigint, hour_start_ms bigint, sha256 string, "
-    "records bigint"
+# The manifests' entries: (column, Spark type, Arrow type).
+_FILES_COLUMNS = (
+    ("file", "string", "string"),
+    ("hour", "string", "string"),
+    ("client_id", "bigint", "int64"),
+    ("hour_start_ms", "bigint", "int64"),
+    ("sha256", "string", "string"),
+    ("records", "bigint", "int64"),
 )
-_FILES_ARROW = (
-    ("file", "string"),
-    ("hour", "string"),
-    ("client_id", "int64"),
-    ("hour_start_ms", "int64"),
-    ("sha256", "string"),
-    ("records", "int64"),
-)
+_FILES_SCHEMA = ", ".join(f"{name} {kind}" for name, kind, _ in _FILES_COLUMNS)
+_FILES_ARROW = tuple((name, arrow) for name, _, arrow in _FILES_COLUMNS)
 # The part of a file's path the inventory names it by: raw/date=…/hour=…/client_id=…/part-…
 _REL_PATH = r"(raw/date=[^/]+/hour=[^/]+/client_id=[^/]+/[^/]+)$"
 _HOUR_MS = contract.HOUR_MS
