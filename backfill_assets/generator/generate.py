@@ -21,6 +21,7 @@ import multiprocessing
 import os
 import re
 import shutil
+import signal
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -604,6 +605,11 @@ def _run_client(task: _ClientTask) -> _ClientResult:
 # ------------------------------------------------------------------------------ public
 
 
+def _default_sigterm() -> None:
+    """A pool worker's initializer: SIGTERM ends it, whatever its parent ignored."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def generate_backups(
     root: str | os.PathLike[str],
     *,
@@ -732,8 +738,17 @@ def generate_backups(
             # Spawned, not forked: a fork copies the locks other threads of this process
             # hold at that moment (a test runner's, a server's log readers), and a worker
             # that needs one of them waits forever.
-            with multiprocessing.get_context("spawn").Pool(workers) as pool:
+            # Closed and joined once every client is merged: the workers end on their own.
+            # (Leaving the ``with`` terminates them with SIGTERM, which a worker inherits
+            # ignored from a parent that ignores it: Dagster maps SIGTERM to SIGINT's
+            # handler, ignored in a process started in the background. The pool's exit
+            # then waited forever; the initializer restores the default as well.)
+            with multiprocessing.get_context("spawn").Pool(
+                workers, initializer=_default_sigterm
+            ) as pool:
                 _merge(pool.imap(_run_client, tasks), summary, folders, sink, clients)
+                pool.close()
+                pool.join()
 
     summary.held_back_folders = sorted(
         (f["path"] for f in folders if f["held_back"]), key=_folder_sort_key

@@ -505,3 +505,19 @@ def test_describe_reads_as_a_paragraph(tree: tuple[Path, object]) -> None:
     text = summary.describe()
     assert "\n" not in text
     assert f"{summary.lines:,} lines" in text and "malformed" in text
+
+
+def test_workers_end_when_the_parent_ignores_sigterm(tmp_path: Path) -> None:
+    """Dagster maps SIGTERM to SIGINT's handler, which a process started in the background
+    ignores; spawned workers inherit that. The pool is closed and joined (its workers end on
+    their own, SIGTERM restored in them), so generation returns and leaves no child."""
+    import multiprocessing
+    import signal
+
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        generate_backups(tmp_path / "a", **{**SHAPE, "workers": 2})
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert multiprocessing.active_children() == []
+    assert tree_digest(tmp_path / "a")
