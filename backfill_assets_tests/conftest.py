@@ -306,6 +306,52 @@ def zst(lines: list[bytes | str]) -> bytes:
     return zstandard.ZstdCompressor().compress(raw)
 
 
+def kill_at_fault(
+    command: list[str], env: dict[str, str], fifo: Path, pause_at: str, *, arm: bool = True
+) -> int:
+    """Start ``command`` in a process group of its own, wait until it reaches the fault
+    point ``pause_at`` (``faults.checkpoint`` writes its name into ``fifo``: no sleeps), then
+    SIGKILL the group. ``arm``: set the pause in its environment (else the process arms it
+    itself, once it is ready). Fails, with its stderr, if it exits before the point.
+    Returns its pid."""
+    import os
+    import select
+    import signal
+    import subprocess
+
+    fifo.unlink(missing_ok=True)
+    os.mkfifo(fifo)
+    pause = {"BACKFILL_ASSETS_PAUSE_FIFO": str(fifo)}
+    if arm:
+        pause["BACKFILL_ASSETS_PAUSE_AT"] = pause_at
+    errors = fifo.with_suffix(".stderr")
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    keeper = os.open(fifo, os.O_WRONLY)  # no end of file before the process writes
+    with open(errors, "w") as stderr:
+        process = subprocess.Popen(
+            command,
+            env={**env, **pause},
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            start_new_session=True,
+        )
+    try:
+        while not select.select([reader], [], [], 5)[0]:
+            if process.poll() is not None:
+                raise AssertionError(
+                    f"exited with {process.returncode} before {pause_at}: "
+                    f"{errors.read_text()[-3000:]}"
+                )
+        assert os.read(reader, 4096).decode().startswith(pause_at)  # one or more writers
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=60)
+        os.close(reader)
+        os.close(keeper)
+    assert process.returncode == -signal.SIGKILL
+    return process.pid
+
+
 def read_tree_lines(root: Path) -> tuple[list[tuple], list[tuple]]:
     """Parse every closed folder's part files in Python: (valid, malformed) line keys."""
     import json

@@ -18,13 +18,20 @@ concurrent runs never share a staging directory. The file is written under a hid
 (``_`` prefix, which Spark's readers skip) and renamed into place, so a reader sees a batch
 whole or not at all, also when the writer is killed. ``read`` refreshes the table's file
 listing first, so it sees every batch appended until then, from any driver.
+
+``publishing.compaction`` rewrites a table's files as one in a new location and swaps the
+table there, sealing the old location first: an append that finds its location sealed
+carries its file into the new one before it returns (``_follow``), so a batch whose append
+has returned is in the table's location from then on, compacted or not.
 """
 
 from __future__ import annotations
 
+import json
+import time
 import uuid
 from collections.abc import Collection, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -50,6 +57,11 @@ APPROVALS = f"{AUDIT_DB}.approvals"
 ERASURE_KIND = "erasure"  # the kind of a deletion by an erasure purge (else: vacuum's)
 ERASURES = f"{AUDIT_DB}.erasures"
 ERASED_LINES = f"{AUDIT_DB}.erased_lines"
+# A superseded location's seal (see ``publishing.compaction``): where its table went, when.
+SEAL = "_compacted"
+# How long past a seal's deadline an append waits for its table to move (host clocks).
+SEAL_MARGIN = timedelta(seconds=30)
+_POLL_SECONDS = 0.2
 
 _DDL: dict[str, str] = {
     SHADOW_PARTITIONS: (
@@ -92,6 +104,7 @@ _DDL: dict[str, str] = {
     ),
 }
 
+TABLES = tuple(_DDL)
 
 _TYPES = {
     "string": (T.StringType(), pa.string()),
@@ -139,16 +152,20 @@ def _location(spark: SparkSession, warehouse_dir: str, table: str) -> str:
 
 def append(spark: SparkSession, warehouse_dir: str, table: str, rows: Sequence[dict]) -> None:
     """Append ``rows`` (dicts with the table's columns) to an audit table as one file."""
-    if not rows:
-        return
+    if rows:
+        append_to(spark, table, _location(spark, warehouse_dir, table), rows)
+
+
+def append_to(spark: SparkSession, table: str, location: str, rows: Sequence[dict]) -> None:
+    """``append`` into ``location``, where the caller found the table: should a compaction
+    have moved the table since, the file follows it before this returns."""
     columns = arrow_schema(table)
     batch = pa.Table.from_pylist([{n: row.get(n) for n in columns.names} for row in rows], columns)
     buffer = pa.BufferOutputStream()
     pq.write_table(batch, buffer, compression="snappy")
-    jvm = spark._jvm
-    directory = jvm.org.apache.hadoop.fs.Path(_location(spark, warehouse_dir, table))
-    filesystem = directory.getFileSystem(spark._jsc.hadoopConfiguration())
     file_name = f"part-{now():%Y%m%dT%H%M%S%f}-{uuid.uuid4().hex}.parquet"
+    filesystem, directory = hadoop_path(spark, location)
+    jvm = spark._jvm
     hidden = jvm.org.apache.hadoop.fs.Path(directory, f"_{file_name}")
     stream = filesystem.create(hidden, False)
     try:
@@ -157,6 +174,77 @@ def append(spark: SparkSession, warehouse_dir: str, table: str, rows: Sequence[d
         stream.close()
     if not filesystem.rename(hidden, jvm.org.apache.hadoop.fs.Path(directory, file_name)):
         raise OSError(f"{table}: could not move the appended batch {hidden} into place")
+    _follow(spark, table, location, file_name)
+
+
+def hadoop_path(spark: SparkSession, location: str):
+    """(Hadoop FileSystem, Path) of ``location``: the file system Spark reads it with."""
+    path = spark._jvm.org.apache.hadoop.fs.Path(location)
+    return path.getFileSystem(spark._jsc.hadoopConfiguration()), path
+
+
+def read_seal(spark: SparkSession, location: str) -> dict | None:
+    """The seal of a superseded location (``into``, ``sealed_at``, ``deadline``), else None."""
+    filesystem, directory = hadoop_path(spark, location)
+    seal = spark._jvm.org.apache.hadoop.fs.Path(directory, SEAL)
+    if not filesystem.exists(seal):
+        return None
+    stream = filesystem.open(seal)
+    try:
+        value = json.loads(bytes(stream.readAllBytes()).decode())
+    finally:
+        stream.close()
+    for key in ("sealed_at", "deadline"):
+        value[key] = datetime.fromisoformat(value[key])
+    return value
+
+
+def carry(spark: SparkSession, source: str, file_name: str, target: str) -> bool:
+    """Copy ``source``/``file_name`` into ``target`` under the same name, unless it is there:
+    written hidden and renamed into place (a reader never sees part of it). A copy that
+    another process made at the same time is the same bytes under the same name. Returns
+    whether this call copied it."""
+    jvm = spark._jvm
+    source_fs, source_dir = hadoop_path(spark, source)
+    target_fs, target_dir = hadoop_path(spark, target)
+    placed = jvm.org.apache.hadoop.fs.Path(target_dir, file_name)
+    if target_fs.exists(placed):
+        return False
+    hidden = jvm.org.apache.hadoop.fs.Path(target_dir, f"_{uuid.uuid4().hex}-{file_name}")
+    conf = spark._jsc.hadoopConfiguration()
+    jvm.org.apache.hadoop.fs.FileUtil.copy(
+        source_fs,
+        jvm.org.apache.hadoop.fs.Path(source_dir, file_name),
+        target_fs,
+        hidden,
+        False,
+        conf,
+    )
+    if not target_fs.rename(hidden, placed):
+        target_fs.delete(hidden, False)
+        if not target_fs.exists(placed):
+            raise OSError(f"could not move {file_name} into {target}")
+        return False
+    return True
+
+
+def _follow(spark: SparkSession, table: str, location: str, file_name: str) -> None:
+    """After an append into ``location``: if a compaction sealed it, wait until the table
+    moves (at most until the seal's deadline and ``SEAL_MARGIN``), then carry the file
+    into the table's new location (and on, should that be sealed too). Without a seal the
+    file was in place before any seal: the compaction carries it before it swaps."""
+    while (seal := read_seal(spark, location)) is not None:
+        give_up = seal["deadline"] + SEAL_MARGIN
+        current = table_location(spark, table)
+        while current == location and now() < give_up:
+            time.sleep(_POLL_SECONDS)
+            current = table_location(spark, table)
+            if current == location and read_seal(spark, location) is None:
+                return  # the compaction gave up: the table stays here
+        if current == location:  # the compaction died: its seal lapsed, the table stays
+            return
+        carry(spark, location, file_name, current)
+        location = current
 
 
 def read(spark: SparkSession, table: str) -> DataFrame:

@@ -9,7 +9,6 @@ release: whatever swap it dies after, recovery leaves every table on one release
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 
 from backfill_assets import faults
 from backfill_assets.generator import generate_backups
+from backfill_assets_tests.conftest import kill_at_fault
 
 pytestmark = pytest.mark.slow
 
@@ -131,26 +131,8 @@ def step(env: dict[str, str], tmp_path: Path, *args: str, pause_at: str | None =
 
 
 def kill_at(command: list[str], env: dict[str, str], tmp_path: Path, pause_at: str) -> None:
-    fifo = tmp_path / "pause.fifo"
-    fifo.unlink(missing_ok=True)
-    os.mkfifo(fifo)
-    pause = {"BACKFILL_ASSETS_PAUSE_FIFO": str(fifo)}
-    if command[3] != "prepare":  # prepare sets the pause itself, once its releases are built
-        pause["BACKFILL_ASSETS_PAUSE_AT"] = pause_at
-    process = subprocess.Popen(
-        command,
-        env={**env, **pause},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        with open(fifo) as reader:  # blocks until the process reaches the fault point
-            assert reader.read() == pause_at
-    finally:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=60)
-    assert process.returncode == -signal.SIGKILL
+    # prepare arms the pause itself, once its releases are built
+    kill_at_fault(command, env, tmp_path / "pause.fifo", pause_at, arm=command[3] != "prepare")
 
 
 def test_sigkill_at_every_swap_of_a_release_leaves_every_table_on_one_release(env, tmp_path):

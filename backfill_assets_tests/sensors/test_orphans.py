@@ -1,8 +1,6 @@
 """A run whose process was SIGKILLed is marked failed, so its hours are not blocked forever."""
 
 import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -12,6 +10,7 @@ import pytest
 from backfill_assets import faults
 from backfill_assets.generator import generate_backups
 from backfill_assets.sensors.orphans import fail_orphaned_runs, worker_pid
+from backfill_assets_tests.conftest import kill_at_fault
 
 pytestmark = pytest.mark.slow
 
@@ -41,31 +40,18 @@ def test_a_killed_run_is_marked_failed_naming_its_process(tmp_path: Path):
         "BACKUP_ROOT": str(tmp_path / "backups"),
         "DATA_ROOT": str(tmp_path / "data"),
         "DAGSTER_HOME": str(home),
-        "BACKFILL_ASSETS_PAUSE_AT": faults.SHADOW_WRITE,
-        "BACKFILL_ASSETS_PAUSE_FIFO": str(tmp_path / "pause.fifo"),
     }
-    os.mkfifo(tmp_path / "pause.fifo")
-    process = subprocess.Popen(
-        [sys.executable, "-c", SCRIPT],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
+    pid = kill_at_fault(
+        [sys.executable, "-c", SCRIPT], env, tmp_path / "pause.fifo", faults.SHADOW_WRITE
     )
-    try:
-        with open(tmp_path / "pause.fifo") as reader:  # the run is inside its shadow write
-            assert reader.read() == faults.SHADOW_WRITE
-    finally:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=60)
 
     with dg.DagsterInstance.from_config(str(home)) as instance:
         [run] = instance.get_runs()
         assert run.status == dg.DagsterRunStatus.STARTED  # nobody reported its end
-        assert worker_pid(instance, run.run_id) == process.pid
+        assert worker_pid(instance, run.run_id) == pid
         assert fail_orphaned_runs(instance) == [run.run_id]
         failed = instance.get_run_by_id(run.run_id)
         assert failed.status == dg.DagsterRunStatus.FAILURE
         messages = [r.message for r in instance.all_logs(run.run_id)]
-        assert any(f"pid {process.pid}" in m and "is gone" in m for m in messages)
+        assert any(f"pid {pid}" in m and "is gone" in m for m in messages)
         assert fail_orphaned_runs(instance) == []  # once
