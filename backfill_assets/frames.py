@@ -8,7 +8,6 @@ release's layers need none). These helpers build the same frames in the JVM inst
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
@@ -19,16 +18,13 @@ def empty(spark: SparkSession, schema: StructType | str) -> DataFrame:
     return spark.createDataFrame(spark.sparkContext.emptyRDD(), schema)
 
 
-def local(
-    spark: SparkSession,
-    rows: Sequence[Sequence],
-    arrow_fields: Sequence[tuple[str, Any]],
-    schema: StructType | str,
-) -> DataFrame:
-    """``rows`` (tuples in the order of ``arrow_fields``: (name, Arrow type or its name)) as a
-    local relation with ``schema``, through Arrow: a table in the plan itself."""
+def local(spark: SparkSession, rows: Sequence[Sequence], schema: StructType | str) -> DataFrame:
+    """``rows`` (tuples in the order of ``schema``'s fields, a ``StructType`` or its DDL) as a
+    local relation, through Arrow: a table in the plan itself."""
     import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
 
-    columns = pa.schema([pa.field(name, kind) for name, kind in arrow_fields])
+    struct = schema if isinstance(schema, StructType) else StructType.fromDDL(schema)
+    columns = to_arrow_schema(struct, timezone="UTC")
     records = [dict(zip(columns.names, row, strict=True)) for row in rows]
-    return spark.createDataFrame(pa.Table.from_pylist(records, columns), schema)
+    return spark.createDataFrame(pa.Table.from_pylist(records, columns), struct)

@@ -3,8 +3,6 @@ workers (a local table, or an RDD of no partitions)."""
 
 from datetime import UTC, datetime
 
-import pyarrow as pa
-
 from backfill_assets import frames
 
 SCHEMA = "name string, n bigint, at timestamp"
@@ -17,12 +15,7 @@ def _plan(df) -> str:
 def test_a_local_frame_is_a_local_table_with_the_rows_and_types(spark):
     at = datetime(2026, 11, 27, 12, tzinfo=UTC)
     rows = [("a", 1, at), ("b", None, None)]
-    df = frames.local(
-        spark,
-        rows,
-        [("name", "string"), ("n", "int64"), ("at", pa.timestamp("us", tz="UTC"))],
-        SCHEMA,
-    )
+    df = frames.local(spark, rows, SCHEMA)
     assert "LocalTableScan" in _plan(df) and "ExistingRDD" not in _plan(df)
     assert df.schema.simpleString() == "struct<name:string,n:bigint,at:timestamp>"
     got = sorted(tuple(r) for r in df.collect())

@@ -75,17 +75,11 @@ _SIDE_COLUMNS = (
     "records",
     "empty",
 )
-# The manifests' entries: (column, Spark type, Arrow type).
-_FILES_COLUMNS = (
-    ("file", "string", "string"),
-    ("hour", "string", "string"),
-    ("client_id", "bigint", "int64"),
-    ("hour_start_ms", "bigint", "int64"),
-    ("sha256", "string", "string"),
-    ("records", "bigint", "int64"),
+# The manifests' entries.
+_FILES_SCHEMA = (
+    "file string, hour string, client_id bigint, hour_start_ms bigint, sha256 string, "
+    "records bigint"
 )
-_FILES_SCHEMA = ", ".join(f"{name} {kind}" for name, kind, _ in _FILES_COLUMNS)
-_FILES_ARROW = tuple((name, arrow) for name, _, arrow in _FILES_COLUMNS)
 # The part of a file's path the inventory names it by: raw/date=…/hour=…/client_id=…/part-…
 _REL_PATH = r"(raw/date=[^/]+/hour=[^/]+/client_id=[^/]+/[^/]+)$"
 _HOUR_MS = contract.HOUR_MS
@@ -405,7 +399,7 @@ def read_folders(
             parsed.unpersist()
         return
     paths = [store.spark_path(rel) for rel, *_ in sorted(expected)]
-    entries = frames.local(spark, expected, _FILES_ARROW, _FILES_SCHEMA)  # no Python worker
+    entries = frames.local(spark, expected, _FILES_SCHEMA)  # no Python worker
     judged = _parse(spark, paths, entries).persist(StorageLevel.MEMORY_AND_DISK)
     kind = F.col("kind")
     held = [judged]  # what is cached, released on exit
