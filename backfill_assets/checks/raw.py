@@ -8,7 +8,9 @@ from backfill_assets.backups.inventory import take_inventory
 from backfill_assets.checks import common
 from backfill_assets.checks.schemas import RawPayloadSchema
 from backfill_assets.layers.raw import (
+    INPUT_FILES_LIST,
     LAYER,
+    LINES_READ,
     MANIFEST_RECONCILIATION,
     ROW_RULES,
     RULES_BY,
@@ -19,10 +21,17 @@ from backfill_assets.resources.backup_store import BackupStore
 from backfill_assets.resources.warehouse import Warehouse
 
 
-def reconcile(inventory, counts: dict, allowed_missing: set[str]) -> dict[str, str]:
+def reconcile(
+    inventory,
+    counts: dict,
+    allowed_missing: set[str],
+    file_lines: dict[tuple[str, str], int] | None = None,
+) -> dict[str, str]:
     """Failing hours -> reason: every closed folder's manifest records must equal the
     lines read (valid + quarantined), no file may be unreadable or the folder open, and
-    no stray folder (``hour=24``...) may sit beside the hour's."""
+    no stray folder (``hour=24``...) may sit beside the hour's. ``file_lines``: lines read
+    per (hour, file), as the build counted them: a folder that differs names its files
+    that do."""
     failing: dict[str, str] = {}
     for hour, inv in inventory.items():
         reasons = []
@@ -39,12 +48,38 @@ def reconcile(inventory, counts: dict, allowed_missing: set[str]) -> dict[str, s
             if file_errors:
                 reasons.append(f"{folder.rel_path}: {file_errors} unreadable/corrupt file(s)")
             if lines != folder.records and not file_errors:
+                files = [
+                    f"{f.rel_path.rsplit('/', 1)[-1]} read {file_lines[hour, f.rel_path]}, "
+                    f"manifest {f.records}"
+                    for f in folder.files
+                    if (hour, f.rel_path) in (file_lines or {})
+                    and file_lines[hour, f.rel_path] != f.records
+                ]
                 reasons.append(
                     f"{folder.rel_path}: read {lines} line(s), manifest says {folder.records}"
+                    + (f" (files: {'; '.join(files)})" if files else "")
                 )
         if reasons:
             failing[hour] = "; ".join(reasons)
     return failing
+
+
+def lines_read(
+    context: dg.AssetCheckExecutionContext, version: str, hours: list[str]
+) -> dict[tuple[str, str], int]:
+    """(hour, file) -> lines read, from the raw build's per-hour materializations of
+    ``version`` (``INPUT_FILES_LIST``); {} for hours another version materialized last."""
+    found = {}
+    targets = common.latest_materializations(context.instance, SHADOW_PAYLOADS, hours)
+    for hour, record in targets.items():
+        if record.run_id != version or record.asset_materialization is None:
+            continue
+        metadata = record.asset_materialization.metadata
+        listed = getattr(metadata.get(INPUT_FILES_LIST), "value", None) or []
+        for entry in listed:
+            if isinstance(entry, dict) and LINES_READ in entry:
+                found[hour, entry["file"]] = int(entry[LINES_READ])
+    return found
 
 
 @dg.multi_asset_check(
@@ -111,7 +146,7 @@ def raw_checks(
     }
     inventory = take_inventory(backups, hours)
     allowed = tags.allowed_missing_hours(tags.of_run(context.instance, context.run.run_id), hours)
-    recon_failing = reconcile(inventory, counts, allowed)
+    recon_failing = reconcile(inventory, counts, allowed, lines_read(context, version, hours))
     common.record_and_log(
         context,
         spark,

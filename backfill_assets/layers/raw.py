@@ -45,6 +45,7 @@ RECEIVED_OUTSIDE = "received_outside_this_hour"
 ERASED_LINES = "erased_lines"  # lines of erased users left out (counted, not quarantined)
 HOUR_INPUT_FILES = "hour_input_files"
 INPUT_FILES_LIST = "input_files_list"  # this hour's files, at most MAX_LISTED_FILES
+LINES_READ = "lines_read"  # of a file in INPUT_FILES_LIST: lines read (valid, rejected, erased)
 MAX_LISTED_FILES = 500
 HOUR_BACKUP_PROBLEMS = "hour_backup_problems"  # this hour's problems, at most MAX_LISTED_PROBLEMS
 MAX_LISTED_PROBLEMS = 200
@@ -85,16 +86,18 @@ def _is_payload() -> Column:
 
 
 def _counts(parsed: DataFrame) -> list[dict]:
-    """Per (hour, client) of judged lines (with lineage and the erasure mark), in one Spark
-    action: valid lines whose received_at is outside their folder's hour (contract: they
-    belong to the folder's hour; a measure of clock skew and redelivery), lines left out as
-    erased, the rows and checksum of the payloads to write (no read-back after the write),
-    and the payloads breaking a pandera rule, for the check step (no second scan)."""
+    """Per (hour, client, file) of judged rows (with lineage and the erasure mark), in one
+    Spark action: the lines read, valid lines whose received_at is outside their folder's
+    hour (contract: they belong to the folder's hour; a measure of clock skew and
+    redelivery), lines left out as erased, the rows and checksum of the payloads to write
+    (no read-back after the write), and the payloads breaking a pandera rule, for the check
+    step (no second scan)."""
     is_payload = _is_payload()
     stats = stats_aggregates(PAYLOAD_COLUMNS, where=is_payload)  # the written data columns
     rows = (
-        parsed.groupBy("hour", "client_id")
+        parsed.groupBy("hour", "client_id", "file")
         .agg(
+            F.count(F.col("line_number")).alias(LINES_READ),  # file-level rows have none
             F.sum((is_payload & F.col("received_outside_hour")).cast("int")).alias("outside"),
             F.sum(F.col("_erased").cast("int")).alias("erased"),
             rules.broken_count(RawPayloadSchema, where=is_payload).alias("broken"),
@@ -160,10 +163,17 @@ def raw_shadow(
             parsed = with_lineage(judged, context, CODE_VERSION)
             return parsed.withColumn("_erased", erasure.line_erased(erasures, erasure.salt()))
 
-        # The per-(hour, client) counts: over the valid lines first (the action that reads,
-        # judges and caches the files), then over the few other rows; added up.
+        # The per-(hour, client, file) counts: over the valid lines first (the action that
+        # reads, judges and caches the files), then over the few other rows; added up, and
+        # per (hour, client) for the statistics and the rules.
         first = lines.first_pass(lambda bulk: _counts(marked(bulk)))
-        counted = added_groups([*first, *_counts(marked(lines.rest))], ("hour", "client_id"))
+        per_file = added_groups(
+            [*first, *_counts(marked(lines.rest))], ("hour", "client_id", "file")
+        )
+        read_of = {(g["hour"], g["file"]): int(g[LINES_READ] or 0) for g in per_file}
+        counted = added_groups(
+            [{k: v for k, v in g.items() if k != "file"} for g in per_file], ("hour", "client_id")
+        )
         parsed = marked(lines.all)
         kept = parsed.where(~F.col("_erased"))
         payloads = parsed.where(_is_payload()).select(
@@ -217,7 +227,12 @@ def raw_shadow(
                 HOUR_INPUT_FILES: len(hour_files[hour]),
                 INPUT_FILES_LIST: json_metadata(
                     [
-                        {"file": f.rel_path, "sha256": f.sha256, "records": f.records}
+                        {
+                            "file": f.rel_path,
+                            "sha256": f.sha256,
+                            "records": f.records,
+                            LINES_READ: read_of.get((hour, f.rel_path), 0),
+                        }
                         for f in hour_files[hour][:MAX_LISTED_FILES]
                     ]
                 ),

@@ -369,6 +369,34 @@ def test_bad_input_is_quarantined_or_held_back_with_named_reasons(
     assert spark.table("raw.payloads").where(F.col("hour") == "2026-11-20T02").count() == 0
 
 
+def test_a_folder_read_short_of_its_manifest_names_the_file_that_differs(
+    spark, run_release, tmp_path
+):
+    line = (
+        '{"payload_id":"p%d","client_id":1,"user_id":"u","event_time":'
+        '"2026-11-20T00:10:00.000Z","received_at":"2026-11-20T00:10:01.000Z",'
+        '"event_type":"pageview","page_url":"https://a.example/","device":"mobile"}'
+    )
+    root = tmp_path / "tree"
+    files = {
+        "part-00000.jsonl.zst": zst([line % 1, line % 2]),
+        "part-00001.jsonl.zst": zst([line % 3]),
+    }
+    write_backup_folder(root, FIRST, 1, files, records={"part-00001.jsonl.zst": 3})
+
+    release = run_release(root, FIRST, FIRST, **RAW_ONLY)
+
+    assert not release.success
+    [held] = [
+        r.detail
+        for r in audit.read(spark, audit.CHECK_RESULTS).where(~F.col("passed")).collect()
+        if r.check_name == MANIFEST_RECONCILIATION
+    ]
+    assert "client_id=1: read 3 line(s), manifest says 5" in held
+    assert "(files: part-00001.jsonl.zst read 1, manifest 3)" in held
+    assert "part-00000" not in held
+
+
 @pytest.mark.parametrize("hour", ["2026-11-20T00'; DROP TABLE raw.payloads; --"])
 def test_cli_rejects_unsafe_hours(hour: str, capsys):
     from backfill_assets.cli.main import main
