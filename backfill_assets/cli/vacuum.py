@@ -56,11 +56,17 @@ def run_vacuum(args: argparse.Namespace) -> int:
     from backfill_assets.cli.backfill import run_job
     from backfill_assets.publishing.vacuum import VACUUM_JOB, VACUUM_OP
 
-    config = {
+    note = " (dry run)" if args.dry_run else ""
+    return run_job(
+        args, VACUUM_JOB, VACUUM_OP, vacuum_config(args), {tags.MODE: "vacuum"}, "vacuum", note
+    )
+
+
+def vacuum_config(args: argparse.Namespace) -> dict:
+    """The vacuum op's config (``publishing.vacuum.VacuumConfig``) from the arguments."""
+    return {
         "dry_run": bool(args.dry_run),
         "max_age_days": float(args.max_age_days),
         "rollback_depth": int(args.rollback_depth),
         "compact_audit_min_files": int(args.compact_audit_min_files),
     }
-    note = " (dry run)" if args.dry_run else ""
-    return run_job(args, VACUUM_JOB, VACUUM_OP, config, {tags.MODE: "vacuum"}, "vacuum", note)

@@ -40,12 +40,32 @@ def test_a_range_over_the_cap_is_refused_before_anything_runs(capsys, monkeypatc
     assert "49 hours, more than the cap of 24" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("flag", ["--max-age-days", "--rollback-depth"])
+@pytest.mark.parametrize(
+    "flag", ["--max-age-days", "--rollback-depth", "--compact-audit-min-files"]
+)
 def test_vacuum_refuses_negative_limits(flag, capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "never-created"))
     assert main(["vacuum", flag, "-1"]) == 2
     assert "must not be negative" in capsys.readouterr().err
     assert not (tmp_path / "never-created").exists()
+
+
+def test_vacuum_arguments_are_a_valid_config_of_the_vacuum_job(base_settings):
+    import argparse
+
+    import dagster as dg
+
+    from backfill_assets.cli.vacuum import register, vacuum_config
+    from backfill_assets.definitions import build_definitions
+    from backfill_assets.publishing.vacuum import VACUUM_JOB, VACUUM_OP
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    args = parser.parse_args(["vacuum", "--dry-run", "--compact-audit-min-files", "0"])
+    config = vacuum_config(args)
+    assert config["dry_run"] is True and config["compact_audit_min_files"] == 0
+    job = build_definitions(base_settings).resolve_job_def(VACUUM_JOB)
+    assert dg.validate_run_config(job, {"ops": {VACUUM_OP: {"config": config}}})
 
 
 BACKWARDS = "2026-11-20T05..2026-11-20T01"
