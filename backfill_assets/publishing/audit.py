@@ -164,16 +164,7 @@ def append_to(spark: SparkSession, table: str, location: str, rows: Sequence[dic
     buffer = pa.BufferOutputStream()
     pq.write_table(batch, buffer, compression="snappy")
     file_name = f"part-{now():%Y%m%dT%H%M%S%f}-{uuid.uuid4().hex}.parquet"
-    filesystem, directory = hadoop_path(spark, location)
-    jvm = spark._jvm
-    hidden = jvm.org.apache.hadoop.fs.Path(directory, f"_{file_name}")
-    stream = filesystem.create(hidden, False)
-    try:
-        stream.write(bytearray(buffer.getvalue().to_pybytes()))
-    finally:
-        stream.close()
-    if not filesystem.rename(hidden, jvm.org.apache.hadoop.fs.Path(directory, file_name)):
-        raise OSError(f"{table}: could not move the appended batch {hidden} into place")
+    write_file(spark, location, file_name, buffer.getvalue().to_pybytes())
     _follow(spark, table, location, file_name)
 
 
@@ -181,6 +172,27 @@ def hadoop_path(spark: SparkSession, location: str):
     """(Hadoop FileSystem, Path) of ``location``: the file system Spark reads it with."""
     path = spark._jvm.org.apache.hadoop.fs.Path(location)
     return path.getFileSystem(spark._jsc.hadoopConfiguration()), path
+
+
+def write_file(
+    spark: SparkSession, location: str, name: str, data: bytes, *, replace: bool = False
+) -> None:
+    """``data`` as ``location``/``name``: written under a hidden name (``_`` prefix, which
+    Spark's readers skip) and renamed into place, so no reader ever sees part of it, also
+    when the writer is killed. ``replace``: a file of that name is deleted first."""
+    jvm = spark._jvm
+    filesystem, directory = hadoop_path(spark, location)
+    hidden = jvm.org.apache.hadoop.fs.Path(directory, f"_{uuid.uuid4().hex}-{name}")
+    stream = filesystem.create(hidden, False)
+    try:
+        stream.write(bytearray(data))
+    finally:
+        stream.close()
+    placed = jvm.org.apache.hadoop.fs.Path(directory, name)
+    if replace:
+        filesystem.delete(placed, False)
+    if not filesystem.rename(hidden, placed):
+        raise OSError(f"could not move {hidden} into place as {name}")
 
 
 def read_seal(spark: SparkSession, location: str) -> dict | None:

@@ -74,28 +74,19 @@ def visible_files(spark: SparkSession, where: str) -> list[str]:
     return sorted(n for n in names if not n.startswith(("_", ".")))
 
 
-def _rows(spark: SparkSession, table: str, where: str, names: Iterable[str]) -> int:
-    paths = [f"{where}/{n}" for n in names]
-    if not paths:
-        return 0
-    return spark.read.schema(audit.schema(table)).parquet(*paths).count()  # from the footers
+def _read(spark: SparkSession, table: str, where: str, names: Iterable[str]):
+    """The rows of files ``names`` of ``where``, with the table's schema."""
+    return spark.read.schema(audit.schema(table)).parquet(*[f"{where}/{n}" for n in names])
+
+
+def _rows(spark: SparkSession, table: str, where: str, names: list[str]) -> int:
+    return _read(spark, table, where, names).count() if names else 0  # from the footers
 
 
 def _seal(spark: SparkSession, where: str, into: str, deadline: datetime, at: datetime) -> None:
-    """Write ``where``'s seal: hidden first, then renamed into place (never half-read)."""
-    jvm = spark._jvm
-    filesystem, directory = audit.hadoop_path(spark, where)
-    hidden = jvm.org.apache.hadoop.fs.Path(directory, f"_{uuid.uuid4().hex}.seal")
-    stream = filesystem.create(hidden, True)
-    try:
-        body = {"into": into, "sealed_at": at.isoformat(), "deadline": deadline.isoformat()}
-        stream.write(bytearray(json.dumps(body).encode()))
-    finally:
-        stream.close()
-    seal = jvm.org.apache.hadoop.fs.Path(directory, audit.SEAL)
-    filesystem.delete(seal, False)  # a lapsed seal of an earlier attempt
-    if not filesystem.rename(hidden, seal):
-        raise OSError(f"could not seal {where}")
+    """Write ``where``'s seal (replacing a lapsed one of an earlier attempt)."""
+    body = {"into": into, "sealed_at": at.isoformat(), "deadline": deadline.isoformat()}
+    audit.write_file(spark, where, audit.SEAL, json.dumps(body).encode(), replace=True)
 
 
 def _unseal(spark: SparkSession, where: str) -> None:
@@ -103,9 +94,10 @@ def _unseal(spark: SparkSession, where: str) -> None:
     filesystem.delete(spark._jvm.org.apache.hadoop.fs.Path(directory, audit.SEAL), False)
 
 
-def _delete(spark: SparkSession, where: str) -> None:
+def _delete(spark: SparkSession, where: str) -> bool:
+    """Delete the folder ``where`` and everything in it; whether it existed."""
     filesystem, directory = audit.hadoop_path(spark, where)
-    filesystem.delete(directory, True)
+    return bool(filesystem.delete(directory, True))
 
 
 def _carry_new(spark: SparkSession, old: str, new: str, known: set[str]) -> list[str]:
@@ -149,9 +141,7 @@ def delete_superseded(
             lapsed = seal["sealed_at"] < now - GRACE
         else:  # never swapped in (a killed or abandoned compaction): by its age
             lapsed = modified_ms is not None and modified_ms / 1000 < (now - GRACE).timestamp()
-        filesystem, path = audit.hadoop_path(spark, where)
-        if lapsed and filesystem.exists(path):
-            filesystem.delete(path, True)
+        if lapsed and _delete(spark, where):
             deleted.append(where)
     return deleted
 
@@ -185,8 +175,7 @@ def compact(
     _, name = split_table(table)
     generation = f"{now():%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:12]}"
     new = location(f"{warehouse_dir}/audit/{GENERATIONS}/{name}/{generation}")
-    rows = spark.read.schema(audit.schema(table)).parquet(*[f"{old}/{n}" for n in listed])
-    rows.coalesce(1).write.mode("errorifexists").parquet(new)
+    _read(spark, table, old, listed).coalesce(1).write.mode("errorifexists").parquet(new)
     step("written")
     sealed_at = now()
     deadline = sealed_at + timedelta(seconds=seal_seconds)

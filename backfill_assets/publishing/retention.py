@@ -169,11 +169,9 @@ def delete(
             )
             spark.sql(f"ALTER TABLE {table} DROP IF EXISTS {specs}")
         spark.catalog.refreshTable(table)
-    jvm = spark._jvm
-    conf = spark._jsc.hadoopConfiguration()
     for d in deletions:
-        path = jvm.org.apache.hadoop.fs.Path(d.location)
-        path.getFileSystem(conf).delete(path, True)
+        filesystem, path = audit.hadoop_path(spark, d.location)
+        filesystem.delete(path, True)
     deleted_at = audit.now()
     audit.append(
         spark,
@@ -185,12 +183,9 @@ def delete(
 
 def sized(spark: SparkSession, deletions: list[Deletion]) -> list[Deletion]:
     """The bytes each version's folder holds (0 if already gone)."""
-    jvm = spark._jvm
-    conf = spark._jsc.hadoopConfiguration()
     result = []
     for d in deletions:
-        path = jvm.org.apache.hadoop.fs.Path(d.location)
-        filesystem = path.getFileSystem(conf)
+        filesystem, path = audit.hadoop_path(spark, d.location)
         size = filesystem.getContentSummary(path).getLength() if filesystem.exists(path) else 0
         result.append(Deletion(**{**asdict(d), "bytes": int(size)}))
     return result
