@@ -16,6 +16,7 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from backfill_assets.backups.contract import DEVICES, EVENT_TYPES
+from backfill_assets.partitions import backup_hour_path
 
 _SCHEMA = (
     "schema_version bigint, payload_id string, client_id bigint, user_id string, "
@@ -45,7 +46,7 @@ def _raw(spark: SparkSession, backup_root: str, hours: list[str] | None = None) 
     # gives each field its own pruned ``from_json``. This job did that until 2026-11-26
     # and parsed every line nine times.)
     # the whole tree, or the folders of ``hours`` (a round of ``bench --rounds``)
-    folders = [f"date={h[:10]}/hour={h[11:13]}" for h in hours] if hours else ["date=*/hour=*"]
+    folders = [backup_hour_path(h) for h in hours] if hours else ["date=*/hour=*"]
     lines = (
         spark.read.schema(_SCHEMA)
         .option("mode", "DROPMALFORMED")
