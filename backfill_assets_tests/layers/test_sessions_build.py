@@ -1,11 +1,12 @@
 """``build_sessions`` on hand-made payloads: the 30-minute rule, windows, flags, ids."""
 
 import hashlib
+import random
 from datetime import UTC, datetime, timedelta
 
 from pyspark.sql import functions as F
 
-from backfill_assets.layers.aggregated import build_sessions, client_hourly
+from backfill_assets.layers.aggregated import SESSION_COLUMNS, build_sessions, client_hourly
 
 SCHEMA = (
     "payload_id string, client_id bigint, user_id string, event_time timestamp, "
@@ -218,3 +219,96 @@ def test_a_session_takes_its_own_first_row_even_where_that_row_holds_nulls(spark
         for ids in (("p1", "p2"), ("p3", "p4"))
     }
     assert [s["payload_digest"] for s in sessions] == list(digests.values())
+
+
+def tangled_payloads(seed: int) -> list[tuple]:
+    """Payloads of a few users over ten hours, with every case ``whole_sessions`` must send
+    to the per-hour windows: deliveries hours late or early (a browser clock ahead),
+    re-deliveries in later hours (also under another user or with another event time),
+    exact ties, sessions longer than the window; one row per (received hour, payload_id),
+    as the transformed layer holds."""
+    rng = random.Random(seed)
+    start = at("2026-11-20T02:00:00")
+    # x's copy in hour 05 is delivered first: hour 05's window keeps it, not w's, although
+    # x's session is at 07 (so w's session at 05 is w0 alone)
+    rows = [
+        payload("w0", "w", "2026-11-20T05:00:00", "2026-11-20T05:00:10"),
+        payload("copied", "w", "2026-11-20T05:10:00", "2026-11-20T05:10:30"),
+        payload("copied", "x", "2026-11-20T07:40:00", "2026-11-20T05:05:00"),
+    ]
+    seen = {(r[-1], r[0]) for r in rows}
+
+    def add(pid, user, event, received, **kw):
+        row = payload(pid, user, event.isoformat(), received.isoformat(), **kw)
+        if (row[-1], pid) not in seen:
+            seen.add((row[-1], pid))
+            rows.append(row)
+
+    for u in range(6):
+        t = start + timedelta(minutes=rng.randrange(0, 120))
+        for i in range(60):
+            t += timedelta(minutes=rng.choice([1, 5, 12, 29, 30, 31, 45, 90]))
+            event = t.replace(tzinfo=None)
+            roll = rng.random()
+            if roll < 0.1:
+                delay = timedelta(hours=rng.uniform(1, 8))  # late
+            elif roll < 0.15:
+                delay = -timedelta(minutes=rng.uniform(1, 90))  # clock ahead
+            else:
+                delay = timedelta(seconds=rng.uniform(0, 120))
+            kind = rng.choice(["pageview", "pageview", "click"])
+            url = f"https://a.example/{rng.randrange(5)}"
+            pid = f"u{u}-{i}"
+            add(pid, f"user{u}", event, event + delay, kind=kind, url=url)
+            roll = rng.random()
+            if roll < 0.05:  # re-delivered, hours later
+                add(pid, f"user{u}", event, event + delay + timedelta(hours=rng.uniform(0.5, 4)))
+            elif roll < 0.07:  # the same id from another user, another time
+                other = event + timedelta(minutes=rng.uniform(-60, 60))
+                add(pid, f"user{(u + 1) % 6}", other, other + timedelta(hours=rng.uniform(0, 3)))
+            elif roll < 0.09:  # an exact copy in the next hour's folder
+                add(pid, f"user{u}", event, event + delay + timedelta(hours=1))
+    return rows
+
+
+def literal_sessions(df, first: str, last: str, lookback: int, lookahead: int) -> list[tuple]:
+    """Each session hour from its own window, as the definition reads (``window_sessions``)."""
+    from backfill_assets.layers.aggregated import SESSION_GAP_MICROS, window_sessions
+
+    sessions = window_sessions(df, first, last, lookback, lookahead)
+    start = F.col("session_start_at")
+    truncated = F.unix_micros("window_end") - F.unix_micros("session_end_at") <= SESSION_GAP_MICROS
+    return sorted(
+        tuple(r)
+        for r in sessions.where(F.date_format(start, "yyyy-MM-dd'T'HH") == F.col("session_hour"))
+        .select(F.col("session_hour").alias("hour"), *COMPARED[1:-1], truncated)
+        .collect()
+    )
+
+
+# what the definition gives a session (its id and duration follow from these)
+COMPARED = ["hour", *(c for c in SESSION_COLUMNS if c not in ("session_id", "duration_seconds"))]
+
+
+def test_sessions_are_those_of_each_hours_own_window(spark) -> None:
+    """``build_sessions`` (one sessionization, the per-hour windows only for the sessions
+    they can change) gives exactly the sessions of each hour's own window, on payloads
+    tangled every way, for several ranges and windows; both of its paths are taken."""
+    from backfill_assets.layers.aggregated import whole_sessions
+
+    for seed in range(3):
+        df = spark.createDataFrame(tangled_payloads(seed), SCHEMA).cache()
+        for first, last, lookback, lookahead in (
+            ("2026-11-20T02", "2026-11-20T12", 3, 3),
+            ("2026-11-20T05", "2026-11-20T07", 3, 3),
+            ("2026-11-20T04", "2026-11-20T09", 2, 1),
+            ("2026-11-20T03", "2026-11-20T10", 0, 0),
+        ):
+            got = build_sessions(df, first, last, lookback, lookahead)
+            assert sorted(tuple(r) for r in got.select(*COMPARED).collect()) == literal_sessions(
+                df, first, last, lookback, lookahead
+            ), (seed, first, last, lookback, lookahead)
+        ends = whole_sessions(df, "2026-11-20T02", "2026-11-20T12", 3, 3).where("_last")
+        clean = {r["_clean"] for r in ends.select("_clean").collect()}
+        assert clean == {True, False}
+        df.unpersist()

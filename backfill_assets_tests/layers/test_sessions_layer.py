@@ -432,14 +432,14 @@ def test_backfill_rebuilds_exactly_the_touched_session_hours_identically(
 
 def test_failing_check_holds_back_the_hour_and_names_it(spark, built, monkeypatch) -> None:
     bad_hour, good_hour = "2026-11-20T05", "2026-11-20T06"
-    real = aggregated.build_sessions
+    real = aggregated.sessions_of
 
     def broken(*args, **kwargs):
         sessions = real(*args, **kwargs)
         wrong = F.col("duration_seconds") + F.when(F.col("hour") == bad_hour, 1.0).otherwise(0.0)
         return sessions.withColumn("duration_seconds", wrong)
 
-    monkeypatch.setattr(aggregated, "build_sessions", broken)
+    monkeypatch.setattr(aggregated, "sessions_of", broken)
     tables = ["aggregated.sessions", "aggregated.client_hourly"]
     before = locations(spark, tables, [bad_hour, good_hour])
     release = execute_release(
