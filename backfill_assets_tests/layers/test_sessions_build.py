@@ -1,6 +1,7 @@
 """``build_sessions`` on hand-made payloads: the 30-minute rule, windows, flags, ids."""
 
 import hashlib
+import itertools
 import random
 from datetime import UTC, datetime, timedelta
 
@@ -221,13 +222,12 @@ def test_a_session_takes_its_own_first_row_even_where_that_row_holds_nulls(spark
     assert [s["payload_digest"] for s in sessions] == list(digests.values())
 
 
-def tangled_payloads(seed: int) -> list[tuple]:
-    """Payloads of a few users over ten hours, with every case ``whole_sessions`` must send
-    to the per-hour windows: deliveries hours late or early (a browser clock ahead),
-    re-deliveries in later hours (also under another user or with another event time),
-    exact ties, sessions longer than the window; one row per (received hour, payload_id),
-    as the transformed layer holds."""
-    rng = random.Random(seed)
+def tangled_payloads(clients: int) -> list[tuple]:
+    """Payloads of a few users of each client (its own random draw) over ten hours, with
+    every case ``whole_sessions`` must send to the per-hour windows: deliveries hours late
+    or early (a browser clock ahead), re-deliveries in later hours (also under another user
+    or with another event time), exact ties, sessions longer than the window; one row per
+    (received hour, payload_id), as the transformed layer holds."""
     start = at("2026-11-20T02:00:00")
     # x's copy in hour 05 is delivered first: hour 05's window keeps it, not w's, although
     # x's session is at 07 (so w's session at 05 is w0 alone)
@@ -238,13 +238,14 @@ def tangled_payloads(seed: int) -> list[tuple]:
     ]
     seen = {(r[-1], r[0]) for r in rows}
 
-    def add(pid, user, event, received, **kw):
+    def add(client, pid, user, event, received, **kw):
         row = payload(pid, user, event.isoformat(), received.isoformat(), **kw)
         if (row[-1], pid) not in seen:
             seen.add((row[-1], pid))
-            rows.append(row)
+            rows.append((pid, client, *row[2:]))
 
-    for u in range(6):
+    for client, u in itertools.product(range(1, clients + 1), range(6)):
+        rng = random.Random(client * 10 + u)
         t = start + timedelta(minutes=rng.randrange(0, 120))
         for i in range(60):
             t += timedelta(minutes=rng.choice([1, 5, 12, 29, 30, 31, 45, 90]))
@@ -258,16 +259,18 @@ def tangled_payloads(seed: int) -> list[tuple]:
                 delay = timedelta(seconds=rng.uniform(0, 120))
             kind = rng.choice(["pageview", "pageview", "click"])
             url = f"https://a.example/{rng.randrange(5)}"
-            pid = f"u{u}-{i}"
-            add(pid, f"user{u}", event, event + delay, kind=kind, url=url)
+            pid, user = f"c{client}-u{u}-{i}", f"user{u}"
+            add(client, pid, user, event, event + delay, kind=kind, url=url)
             roll = rng.random()
             if roll < 0.05:  # re-delivered, hours later
-                add(pid, f"user{u}", event, event + delay + timedelta(hours=rng.uniform(0.5, 4)))
+                later = event + delay + timedelta(hours=rng.uniform(0.5, 4))
+                add(client, pid, user, event, later)
             elif roll < 0.07:  # the same id from another user, another time
                 other = event + timedelta(minutes=rng.uniform(-60, 60))
-                add(pid, f"user{(u + 1) % 6}", other, other + timedelta(hours=rng.uniform(0, 3)))
+                later = other + timedelta(hours=rng.uniform(0, 3))
+                add(client, pid, f"user{(u + 1) % 6}", other, later)
             elif roll < 0.09:  # an exact copy in the next hour's folder
-                add(pid, f"user{u}", event, event + delay + timedelta(hours=1))
+                add(client, pid, user, event, event + delay + timedelta(hours=1))
     return rows
 
 
@@ -296,19 +299,17 @@ def test_sessions_are_those_of_each_hours_own_window(spark) -> None:
     tangled every way, for several ranges and windows; both of its paths are taken."""
     from backfill_assets.layers.aggregated import whole_sessions
 
-    for seed in range(3):
-        df = spark.createDataFrame(tangled_payloads(seed), SCHEMA).cache()
-        for first, last, lookback, lookahead in (
-            ("2026-11-20T02", "2026-11-20T12", 3, 3),
-            ("2026-11-20T05", "2026-11-20T07", 3, 3),
-            ("2026-11-20T04", "2026-11-20T09", 2, 1),
-            ("2026-11-20T03", "2026-11-20T10", 0, 0),
-        ):
-            got = build_sessions(df, first, last, lookback, lookahead)
-            assert sorted(tuple(r) for r in got.select(*COMPARED).collect()) == literal_sessions(
-                df, first, last, lookback, lookahead
-            ), (seed, first, last, lookback, lookahead)
-        ends = whole_sessions(df, "2026-11-20T02", "2026-11-20T12", 3, 3).where("_last")
-        clean = {r["_clean"] for r in ends.select("_clean").collect()}
-        assert clean == {True, False}
-        df.unpersist()
+    df = spark.createDataFrame(tangled_payloads(clients=3), SCHEMA).cache()
+    for first, last, lookback, lookahead in (
+        ("2026-11-20T02", "2026-11-20T12", 3, 3),
+        ("2026-11-20T05", "2026-11-20T07", 3, 3),
+        ("2026-11-20T04", "2026-11-20T09", 2, 1),
+        ("2026-11-20T03", "2026-11-20T10", 0, 0),
+    ):
+        got = build_sessions(df, first, last, lookback, lookahead)
+        assert sorted(tuple(r) for r in got.select(*COMPARED).collect()) == literal_sessions(
+            df, first, last, lookback, lookahead
+        ), (first, last, lookback, lookahead)
+    ends = whole_sessions(df, "2026-11-20T02", "2026-11-20T12", 3, 3).where("_last")
+    assert {r["_clean"] for r in ends.select("_clean").collect()} == {True, False}
+    df.unpersist()
