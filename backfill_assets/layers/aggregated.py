@@ -261,8 +261,8 @@ def _sessions_marked(
     ), running
 
 
-def _session_columns(totals: list[str]) -> list[Column]:
-    """A session's columns on its last row of ``_sessions_marked``."""
+def _session_columns(with_payload_digest: bool = False) -> list[Column]:
+    """A session's columns on its last row of ``_sessions_marked`` (over ``_totals``)."""
     first = F.col("_session_first")
     columns = [
         "client_id",
@@ -275,7 +275,7 @@ def _session_columns(totals: list[str]) -> list[Column]:
         F.col("page_url").alias("exit_url"),
         first["device"].alias("device"),
     ]
-    if "_digest" in totals:
+    if with_payload_digest:
         digest = (F.col("_digest") - first["_digest"]).cast("string")
         columns.append(digest.alias("payload_digest"))
     return columns
@@ -315,7 +315,7 @@ def sessionize(
         payloads = transformed.deduplicate(payloads, keys)
     totals = _totals(with_payload_digest)
     marked, _ = _sessions_marked(payloads, keys, totals)
-    return marked.where(F.col("_last")).select(*keys, *_session_columns(list(totals)))
+    return marked.where(F.col("_last")).select(*keys, *_session_columns(with_payload_digest))
 
 
 def window_sessions(
@@ -379,15 +379,14 @@ def whole_sessions(
     )
     totals = {**_totals(), "_copies": F.col("_copy")}
     marked, running = _sessions_marked(read, [], totals)
-    # The least and greatest received hour of the session so far: a running maximum over
-    # the user's rows of (session number * span + value) is its session's own.
-    sid = F.col("_sid") * span
+    # The greatest and least received hour of the session so far: a running maximum over
+    # the user's rows of (session number * span +/- received) is its session's own, as
+    # the received offsets lie in [0, span).
+    sid, received = F.col("_sid") * span, F.col("_received")
     marked = marked.select(
         "*",
-        (F.max(sid + F.col("_received")).over(running) - sid).alias("_latest"),
-        (span - 1 - (F.max(sid + (span - 1 - F.col("_received"))).over(running) - sid)).alias(
-            "_earliest"
-        ),
+        (F.max(sid + received).over(running) - sid).alias("_latest"),
+        (sid - F.max(sid - received).over(running)).alias("_earliest"),
     )
     first_row = F.col("_session_first")
     start_hour = _epoch_hour(first_row["start"]) - base
@@ -431,7 +430,7 @@ def sessions_of(
     ).select(
         hour_of_epoch(start_hour).alias("session_hour"),
         F.timestamp_seconds((start_hour + lookahead + 1) * 3600).alias("window_end"),
-        *_session_columns(list(_totals())),
+        *_session_columns(),
     )
     # A window's session starting in H is part of one session of the whole read that spans
     # H, so the payloads of the others go only to the hours their session spans. (Which copy

@@ -7,7 +7,14 @@ from datetime import UTC, datetime, timedelta
 
 from pyspark.sql import functions as F
 
-from backfill_assets.layers.aggregated import SESSION_COLUMNS, build_sessions, client_hourly
+from backfill_assets.layers.aggregated import (
+    SESSION_COLUMNS,
+    SESSION_GAP_MICROS,
+    build_sessions,
+    client_hourly,
+    whole_sessions,
+    window_sessions,
+)
 
 SCHEMA = (
     "payload_id string, client_id bigint, user_id string, event_time timestamp, "
@@ -276,8 +283,6 @@ def tangled_payloads(clients: int) -> list[tuple]:
 
 def literal_sessions(df, first: str, last: str, lookback: int, lookahead: int) -> list[tuple]:
     """Each session hour from its own window, as the definition reads (``window_sessions``)."""
-    from backfill_assets.layers.aggregated import SESSION_GAP_MICROS, window_sessions
-
     sessions = window_sessions(df, first, last, lookback, lookahead)
     start = F.col("session_start_at")
     truncated = F.unix_micros("window_end") - F.unix_micros("session_end_at") <= SESSION_GAP_MICROS
@@ -297,8 +302,6 @@ def test_sessions_are_those_of_each_hours_own_window(spark) -> None:
     """``build_sessions`` (one sessionization, the per-hour windows only for the sessions
     they can change) gives exactly the sessions of each hour's own window, on payloads
     tangled every way, for several ranges and windows; both of its paths are taken."""
-    from backfill_assets.layers.aggregated import whole_sessions
-
     df = spark.createDataFrame(tangled_payloads(clients=3), SCHEMA).cache()
     for first, last, lookback, lookahead in (
         ("2026-11-20T02", "2026-11-20T12", 3, 3),
