@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 export DAGSTER_HOME ?= $(CURDIR)/var/dagster_home
 
-.PHONY: demo test test-stack ui lint install check-java stack-deps browser-deps jvm-archive clean
+.PHONY: demo test test-stack ui lint docs install check-java stack-deps browser-deps jvm-archive clean
 
 install: $(STAMP)
 
@@ -50,7 +50,7 @@ test: install check-java stack-deps browser-deps jvm-archive
 	$(BIN)/python -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup) $(PYTEST_ARGS)
 
 # Only the production stack on this machine: Postgres, Hive metastore, Spark master and
-# worker, S3 (moto), Dagster on Postgres with its daemon; all on 127.0.0.1 (README "Production").
+# worker, S3 (moto), Dagster on Postgres with its daemon; all on 127.0.0.1 (docs/deployment.md).
 test-stack: install check-java stack-deps jvm-archive
 	$(BIN)/python -m pytest backfill_assets_tests/stack $(PYTEST_ARGS)
 
@@ -61,6 +61,10 @@ ui: install check-java jvm-archive
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+
+# docs/cli.md from the argument parser (backfill_assets_tests/cli/test_cli_docs.py holds them equal).
+docs: install
+	$(BIN)/python -m backfill_assets.cli.docs > docs/cli.md
 
 clean:
 	rm -rf var
