@@ -112,13 +112,14 @@ def _context(args: argparse.Namespace):
 
 
 def _show(run) -> None:
-    state = (
-        "ok"
-        if run.success
-        else f"{run.held_back} hour(s) held back"
-        if run.status == "SUCCESS"
-        else run.status
-    )
+    if run.success:
+        state = "ok"
+    elif run.status != "SUCCESS":
+        state = run.status
+    elif run.refused:  # a step that ended without building: its reason is a failure line
+        state = "refused"
+    else:
+        state = f"{run.held_back} hour(s) held back"
     print(
         f"[{state}] run {run.run_id} {run.partition_range} in {run.seconds:.1f}s: "
         f"{', '.join(run.assets)}"
@@ -130,7 +131,11 @@ def _show(run) -> None:
         print(f"    failure: {failure}")
 
 
-def _follow(settings, instance, label: str, *, backfill_id=None, run_id=None) -> int:
+def _follow(
+    settings, instance, label: str, *, backfill_id=None, run_id=None, report_id=None
+) -> int:
+    """Follow a backfill (or run) to its end; ``report_id``: the release its report is of
+    (a publish's own backfill holds only the release gates: report the release it published)."""
     from backfill_assets import launch
 
     log_file = os.path.join(settings.dagster_home, "logs", "daemon.log")
@@ -150,8 +155,8 @@ def _follow(settings, instance, label: str, *, backfill_id=None, run_id=None) ->
         f"{len(outcome.runs) - len(failed)} of {len(outcome.runs)} run(s) succeeded"
         + ("; held-back and failed hours keep their published data" if failed else "")
     )
-    if backfill_id:
-        print(f"report: backfill-assets report --backfill {backfill_id}")
+    if report_id or backfill_id:
+        print(f"report: backfill-assets report --backfill {report_id or backfill_id}")
     return 0 if outcome.success else 1
 
 
@@ -322,4 +327,10 @@ def _submit_publish(args: argparse.Namespace, config: dict, title: str) -> int:
     print(f"submitted {title}: {backfill_id}")
     if args.no_wait:
         return 0
-    return _follow(settings, instance, title.split()[0], backfill_id=backfill_id)
+    return _follow(
+        settings,
+        instance,
+        title.split()[0],
+        backfill_id=backfill_id,
+        report_id=config.get("release_id"),
+    )

@@ -20,7 +20,7 @@ the build to). Window functions only, no per-hour jobs, nothing collected to the
 
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import dagster as dg
 from pyspark import StorageLevel
@@ -36,6 +36,7 @@ from backfill_assets.checks.schemas import (
 from backfill_assets.layers import transformed
 from backfill_assets.layers.common import (
     SINGLE_RUN,
+    json_metadata,
     refuse,
     release_input,
     run_lineage,
@@ -44,9 +45,9 @@ from backfill_assets.layers.common import (
 )
 from backfill_assets.layers.windows import LOOKAHEAD_HOURS, LOOKBACK_HOURS, received_window
 from backfill_assets.partitions import hourly_partitions, parse_hour
-from backfill_assets.publishing.publisher import Layer
+from backfill_assets.publishing.publisher import SOURCE_OUTSIDE, Layer, provisional_note
 from backfill_assets.publishing.tables import table_key
-from backfill_assets.resources.io_managers import UpstreamGap, WithRules
+from backfill_assets.resources.io_managers import PartialWindow, UpstreamGap, WithRules, unwrap
 from backfill_assets.resources.launch_form import LaunchForm
 
 CODE_VERSION = "aggregated-1"
@@ -208,6 +209,19 @@ def assign_distinct_session_hours(
 
     first_copy = F.col("_deliveries").isNull() | ~F.exists("_deliveries", earlier_in_window)
     return windowed.where(first_copy).drop("_order", "_deliveries")
+
+
+def provisional_hours(hours: list[str], without_data: Mapping[str, str]) -> dict[str, str]:
+    """Session hour -> why it is provisional, for each hour whose window read hours after
+    the newest backup hour (``without_data``: upstream hour -> why it was read as empty;
+    an hour that read a gap instead is held back by the publisher, not provisional)."""
+    not_yet = {h for h, source in without_data.items() if source == SOURCE_OUTSIDE}
+    notes = {}
+    for hour in hours:
+        lacking = [h for h in LAYER.reads(hour) if h in not_yet]
+        if lacking:
+            notes[hour] = provisional_note(lacking)
+    return notes
 
 
 def session_window_mapping() -> dg.TimeWindowPartitionMapping:
@@ -523,6 +537,7 @@ def client_hourly(sessions: DataFrame) -> DataFrame:
             published=SOURCE_TABLE,
             reader=LAYER.checked_table,
             partition_mapping=session_window_mapping(),
+            windowed=True,
         )
     },
     partitions_def=hourly_partitions,
@@ -531,7 +546,7 @@ def client_hourly(sessions: DataFrame) -> DataFrame:
 )
 def aggregated_shadow(
     context: dg.AssetExecutionContext,
-    transformed_payloads: DataFrame | UpstreamGap,
+    transformed_payloads: DataFrame | PartialWindow | UpstreamGap,
     launch_form: LaunchForm,  # the launch dialog's form: its answers become the run's tags
 ) -> Iterator[dg.MaterializeResult | dg.AssetObservation]:
     """Rebuild the sessions and client_hourly shadow tables of the session hours."""
@@ -541,6 +556,17 @@ def aggregated_shadow(
         gap = transformed_payloads
         yield from refuse(context, gap.verdict, {"missing_hours": gap.missing})
         return
+    transformed_payloads, without_data = unwrap(transformed_payloads)
+    provisional = provisional_hours(hours, without_data)
+    for hour, note in provisional.items():
+        context.log.info(f"session hour {hour}: {note}")
+    gaps = sorted(h for h, source in without_data.items() if source != SOURCE_OUTSIDE)
+    if gaps:
+        context.log.warning(
+            f"{len(gaps)} upstream hour(s) inside the backups are neither published nor in "
+            f"this release ({', '.join(gaps[:12])}): read as empty; the session hours "
+            f"reading them will be held back at publish"
+        )
     first, last = hours[0], hours[-1]
     lookback, lookahead = LOOKBACK_HOURS, LOOKAHEAD_HOURS
     spark = transformed_payloads.sparkSession
@@ -569,6 +595,7 @@ def aggregated_shadow(
         "lookback_hours": lookback,
         "lookahead_hours": lookahead,
         "received_hours_read": f"{read_start}..{read_end}",
+        "provisional_hours": json_metadata(provisional),
     }
     try:
         yield dg.MaterializeResult(

@@ -10,7 +10,11 @@ from pyspark.sql import functions as F
 
 from backfill_assets import tags
 from backfill_assets.resources import SHADOW_IO_MANAGER
-from backfill_assets.resources.io_managers import PUBLISHED_TABLE, READER_TABLE
+from backfill_assets.resources.io_managers import (
+    PUBLISHED_TABLE,
+    READER_TABLE,
+    WINDOW_MAY_LACK_DATA,
+)
 
 SINGLE_RUN = dg.BackfillPolicy.single_run()
 
@@ -34,15 +38,18 @@ def release_input(
     published: str,
     reader: str,
     partition_mapping: dg.PartitionMapping | None = None,
+    windowed: bool = False,
 ) -> dg.AssetIn:
     """An input read by the shadow IO manager: the upstream shadow's candidates of the same
-    release for the hours the release rebuilt, the ``published`` table for the others."""
+    release for the hours the release rebuilt, the ``published`` table for the others.
+    ``windowed``: each hour is built from a window of upstream hours, and upstream hours
+    without data are read as empty (a ``PartialWindow``; those hours are provisional)."""
     return dg.AssetIn(
         key=upstream,
         partition_mapping=partition_mapping,
         input_manager_key=SHADOW_IO_MANAGER,
-        metadata={PUBLISHED_TABLE: published, READER_TABLE: reader},
-        dagster_type=dg.Any,  # a DataFrame, or an UpstreamGap the build refuses on
+        metadata={PUBLISHED_TABLE: published, READER_TABLE: reader, WINDOW_MAY_LACK_DATA: windowed},
+        dagster_type=dg.Any,  # a DataFrame, a PartialWindow, or an UpstreamGap it refuses on
     )
 
 

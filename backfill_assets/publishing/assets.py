@@ -188,6 +188,7 @@ def partition_events(
                         "status": outcome.status,
                         "release_id": plan.release_id,
                         "shadow_version": outcome.version or "",
+                        publisher.PROVISIONAL: outcome.provisional_note,
                         **{k: "" if v is None else str(v) for k, v in info.items()},
                     },
                 )
@@ -280,6 +281,13 @@ def publish_release(
             f"release {release} {layer}: {numbers[publisher.PUBLISHED]} hour(s) published, "
             f"{numbers[publisher.UNCHANGED]} unchanged, {numbers[publisher.HELD_BACK]} held back"
         )
+    provisional = {
+        f"{o.layer} {o.hour}": o.provisional_note
+        for o in plan.outcomes
+        if o.provisional and o.status != publisher.HELD_BACK
+    }
+    for key, note in sorted(provisional.items()):
+        context.log.info(f"{key} published {note}")
     for a in plan.approvals:
         context.log.info(
             f"{a['layer']} {a['hour']}: change approved by {a['approved_by']} "
@@ -300,6 +308,7 @@ def publish_release(
         ),
         "layers": json_metadata(counts),
         "held_back": json_metadata(held),
+        "provisional": json_metadata(provisional),
         "awaiting_approval": json_metadata(waiting),
         "approvals": json_metadata(plan.approvals),
         **purge,

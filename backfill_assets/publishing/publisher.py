@@ -61,7 +61,17 @@ PREPARE, COMMIT, ABORT = "prepare", "commit", "abort"
 PUBLISH, ROLLBACK = "publish", "rollback"
 PUBLISHED, UNCHANGED, HELD_BACK = "published", "unchanged", "held_back"
 SOURCE_RELEASE, SOURCE_PUBLISHED = "release", "published"
-SOURCE_EMPTY = "empty"  # an hour read as empty (declared so, or outside the backups)
+# An hour read as empty for good: the release declared it so, or it lies before the backups'
+# first hour (where the data begins).
+SOURCE_EMPTY = "empty"
+# Hours a windowed build read as empty for want of data. OUTSIDE: after the newest hour of
+# the backups, no data exists yet: the hours built from it are published *provisional* (the
+# best there is; rebuilt when the later hours land). UNAVAILABLE: inside the backups but
+# neither published nor rebuilt by the release: the data exists, so the hours built without
+# it are held back (the rest of the release publishes).
+SOURCE_OUTSIDE, SOURCE_UNAVAILABLE = "outside", "unavailable"
+READ_AS_EMPTY = (SOURCE_EMPTY, SOURCE_OUTSIDE, SOURCE_UNAVAILABLE)
+PROVISIONAL = "provisional"  # metadata of a published hour: why it is provisional, or ""
 
 
 @dataclass(frozen=True)
@@ -96,6 +106,12 @@ class HourOutcome:
     tables: dict[str, dict] = field(default_factory=dict)
     gates: list[str] = field(default_factory=list)  # change-gate findings (approved or not)
     approval: dict | None = None  # the approval that let the gate's findings through
+    provisional: list[str] = field(default_factory=list)  # window hours read without data
+
+    @property
+    def provisional_note(self) -> str:
+        """Why the hour is provisional ("" when it is final)."""
+        return provisional_note(self.provisional)
 
     @property
     def awaiting_approval(self) -> bool:
@@ -378,7 +394,7 @@ def plan_release(
     # Every upstream table read as published, whether or not this publish includes its
     # layer (publishing only the downstream layer must not skip the check).
     # An hour read as empty is stale once something is published there.
-    outside = [r for r in reads if r["source"] in (SOURCE_PUBLISHED, SOURCE_EMPTY)]
+    outside = [r for r in reads if r["source"] in (SOURCE_PUBLISHED, *READ_AS_EMPTY)]
     upstream_now = {
         t: current[t] if t in current else partition_locations(spark, t)
         for t in sorted({r["upstream_table"] for r in outside})
@@ -394,7 +410,7 @@ def plan_release(
     stale = sorted(
         {
             f"{r['upstream_table']} {r['hour']} (read "
-            f"{'as empty' if r['source'] == SOURCE_EMPTY else 'at ' + r['location']}, now "
+            f"{'as empty' if r['source'] in READ_AS_EMPTY else 'at ' + r['location']}, now "
             f"{upstream_now.get(r['upstream_table'], {}).get(r['hour'])}"
             + (f"; republished or rolled back at {moved_since(r)}" if moved_since(r) else "")
             + ")"
@@ -403,6 +419,9 @@ def plan_release(
             or moved_since(r)
         }
     )
+    # (reader, upstream hour) read without data: not yet in the backups / not available
+    not_yet = {(r["reader_table"], r["hour"]) for r in reads if r["source"] == SOURCE_OUTSIDE}
+    gaps = {(r["reader_table"], r["hour"]) for r in reads if r["source"] == SOURCE_UNAVAILABLE}
     # (reader, upstream, hour) -> the upstream versions of the release it read there
     read_from_release: dict[tuple[str, str, str], set[str]] = {}
     for r in reads:
@@ -418,6 +437,14 @@ def plan_release(
         for hour in hours:
             version = candidates[(layer.checked_table, hour)]["version"]
             outcome = HourOutcome(layer.name, hour, PUBLISHED, version)
+            window = layer.reads(hour)
+            outcome.provisional = [h for h in window if (layer.checked_table, h) in not_yet]
+            outcome.reasons += [
+                f"reads {layer.upstream} {h}, which has backups but is neither published nor "
+                f"rebuilt by this release: publish it (a release of that hour), then rebuild"
+                for h in window
+                if (layer.checked_table, h) in gaps
+            ]
             results = checks.get((layer.checked_table, hour, version), {})
             outcome.reasons += [f"{n}: not checked" for n in layer.checks if n not in results]
             outcome.reasons += [f"{n}: {d}" for n, (ok, d) in sorted(results.items()) if not ok]
@@ -535,6 +562,17 @@ def plan_release(
             outcomes.append(outcome)
             status_of[(layer.name, hour)] = outcome
     return ReleasePlan(release_id, outcomes, stale, new_approvals)
+
+
+def provisional_note(hours: Sequence[str]) -> str:
+    """One line saying which hours of a window were read without data ("" for none)."""
+    if not hours:
+        return ""
+    span = hours[0] if len(hours) == 1 else f"{hours[0]}..{hours[-1]}"
+    return (
+        f"provisional: built while {len(hours)} hour(s) of its window had no data "
+        f"({span}); rebuilt when they land"
+    )
 
 
 # --------------------------------------------------------------------------- transactions

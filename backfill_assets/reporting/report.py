@@ -34,7 +34,7 @@ from backfill_assets import tags
 from backfill_assets.checks.outcomes import summarize
 from backfill_assets.launch import PUBLISH_KEY, step_failure
 from backfill_assets.layers.raw import BACKUP_PROBLEMS, MANIFEST_RECORDS
-from backfill_assets.publishing.publisher import Layer
+from backfill_assets.publishing.publisher import PROVISIONAL, Layer
 from backfill_assets.publishing.tables import UnsafeValueError, table_key, table_name
 from backfill_assets.reporting.chart import rows_bars, rows_chart
 from backfill_assets.reporting.diff import DiffCounts
@@ -166,6 +166,8 @@ class _Collected:
     published: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     published_at: float | None = None
     held: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # (layer, hour)
+    # (shadow table, hour) -> why the candidate is provisional (its build's metadata)
+    provisional: dict[tuple[str, str], str] = field(default_factory=dict)
 
 
 def collect_run(
@@ -225,6 +227,9 @@ def collect_run(
                     summary.written.append(written)
                 if mat.partition and ROWS in meta:
                     written["per_hour"][mat.partition] = metadata_value(meta, ROWS)
+                notes = dict(_plain(meta.get("provisional_hours")) or {})
+                if mat.partition in notes:
+                    collected.provisional[(table, mat.partition)] = str(notes[mat.partition])
                 for key in _READ_KEYS:
                     if key in meta and key not in summary.read:
                         summary.read[key] = metadata_value(meta, key)
@@ -499,6 +504,17 @@ class BackfillReport:
             )
         return lines
 
+    def provisional(self) -> list[str]:
+        """One line per layer with hours published (or to be) provisional, and why."""
+        hours: dict[str, dict[str, str]] = {}
+        for p in self.partitions:
+            if "held back" not in p.status and p.reason.startswith(PROVISIONAL):
+                hours.setdefault(p.layer, {})[p.hour] = p.reason
+        return [
+            f"{PROVISIONAL}: {layer} {describe_hours(set(notes))} ({next(iter(notes.values()))})"
+            for layer, notes in hours.items()
+        ]
+
     def held_back(self) -> list[str]:
         """One line per held-back (layer, hour) with its reasons."""
         seen: dict[tuple[str, str], str] = {}
@@ -591,7 +607,7 @@ class BackfillReport:
 
     def text(self) -> str:
         lines = [f"Backfill report: {self.ident}", *self.headline(), *self.truth]
-        lines += self.held_back()
+        lines += self.provisional() + self.held_back()
         partitions = self._partition_lines(md=False)
         if partitions:
             what = "candidate vs published" if self.dry_run else "published before vs after"
@@ -605,7 +621,8 @@ class BackfillReport:
         """The report in Markdown; ``chart``: the PNG's file name, or None for the chart
         drawn in text (where no image can be shown: the Dagster UI's metadata)."""
         lines = [f"# Backfill report: {self.ident}", "", "## Summary", ""]
-        lines += [f"- {line}" for line in [*self.headline(), *self.truth, *self.held_back()]]
+        summary = [*self.headline(), *self.truth, *self.provisional(), *self.held_back()]
+        lines += [f"- {line}" for line in summary]
         if chart:
             lines += ["", f"![rows per hour, before and after]({chart})"]
         else:
@@ -750,9 +767,12 @@ def collect_release(
                 if dry_run:
                     now = candidate.get(hour)
                     status = "would be held back" if reasons else "would publish"
+                    note = collected.provisional.get((shadow, hour))
+                    reasons = reasons or ([note] if note else [])
                 elif (table, hour) in collected.published:
                     facts = collected.published[(table, hour)]
-                    now, status, reasons = facts["rows"], facts["status"], []
+                    now, status = facts["rows"], facts["status"]
+                    reasons = [facts[PROVISIONAL]] if facts.get(PROVISIONAL) else []
                 elif held is not None or reasons:
                     now, status = was, "held back"
                 else:

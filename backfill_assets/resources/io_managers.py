@@ -33,7 +33,13 @@ from backfill_assets import tags
 from backfill_assets.checks import rules
 from backfill_assets.partitions import parse_hour
 from backfill_assets.publishing import audit
-from backfill_assets.publishing.publisher import SOURCE_EMPTY, SOURCE_PUBLISHED, SOURCE_RELEASE
+from backfill_assets.publishing.publisher import (
+    SOURCE_EMPTY,
+    SOURCE_OUTSIDE,
+    SOURCE_PUBLISHED,
+    SOURCE_RELEASE,
+    SOURCE_UNAVAILABLE,
+)
 from backfill_assets.publishing.tables import (
     ensure_table,
     location,
@@ -203,6 +209,10 @@ CHECKSUM = "checksum"
 # Input metadata: the published table of the upstream, and the shadow table that reads it.
 PUBLISHED_TABLE = "published_table"
 READER_TABLE = "reader_table"
+# Input metadata: the reader builds each hour from a window of upstream hours, so an upstream
+# hour without data (not in the backups yet, or not published) is read as empty and the
+# hours whose window holds it are published provisional, instead of refusing the build.
+WINDOW_MAY_LACK_DATA = "window_may_lack_data"
 
 
 def run_tags(context: dg.InputContext | dg.OutputContext) -> dict[str, str]:
@@ -325,21 +335,29 @@ class ShadowTableIOManager(dg.ConfigurableIOManager):
                 partition_key=h,
             )
 
-    def load_input(self, context: dg.InputContext) -> "DataFrame | UpstreamGap":
+    def load_input(self, context: dg.InputContext) -> "DataFrame | UpstreamGap | PartialWindow":
         """The upstream hours of this input: the release's candidate where the release
         rebuilt the hour, the published partition otherwise (see ``resolve_upstream``);
-        records what was read in ``audit.release_reads``. An ``UpstreamGap`` instead when
-        some hours are not there: the build refuses (``layers.common.refuse``)."""
+        records what was read in ``audit.release_reads``.
+
+        Hours with neither: declared empty (tag ``allow_missing_hours``) are read as empty;
+        for a windowed reader (``WINDOW_MAY_LACK_DATA``) the others too, as a
+        ``PartialWindow`` naming them (the hours built from them are provisional); else an
+        ``UpstreamGap``: the build refuses (``layers.common.refuse``)."""
         reader = context.definition_metadata[READER_TABLE]
         run = run_tags(context)
         this_run = context.step_context.run_id
+        before, after = self.outside_backups(context)
+        declared = tags.allowed_missing_hours(run, []) | before
         view = resolve_upstream(
             self.spark,
             table_name(context.asset_key),
             context.definition_metadata[PUBLISHED_TABLE],
             sorted(context.asset_partition_keys),
             tags.release_id(run, this_run),
-            allowed_empty=tags.allowed_missing_hours(run, []) | self.outside_backups(context),
+            allowed_empty=declared,
+            outside=after - declared,
+            windowed=bool(context.definition_metadata.get(WINDOW_MAY_LACK_DATA)),
         )
         if view.missing:
             return UpstreamGap(
@@ -356,21 +374,56 @@ class ShadowTableIOManager(dg.ConfigurableIOManager):
         context.log.info(
             f"{reader} reads {len(view.candidates)} hour(s) of {view.upstream} from release "
             f"{view.release_id}, {len(view.live)} published hour(s) of {view.published}"
-            + (f", {len(view.empty)} hour(s) outside the backups as empty" if view.empty else "")
+            + (
+                f", {len(view.empty)} hour(s) as empty (declared, or before the backups)"
+                if view.empty
+                else ""
+            )
+            + (
+                f", {len(view.outside)} hour(s) after the newest backup hour as empty"
+                if view.outside
+                else ""
+            )
+            + (
+                f", {len(view.unavailable)} unpublished hour(s) read as empty"
+                if view.unavailable
+                else ""
+            )
         )
+        if view.without_data and context.definition_metadata.get(WINDOW_MAY_LACK_DATA):
+            return PartialWindow(view.frame, view.without_data)
         return view.frame
 
-    def outside_backups(self, context: dg.InputContext) -> set[str]:
-        """Hours before the backup tree's first hour or after its newest: no data exists
-        for them (yet), so a window reaching there reads them as empty."""
+    def outside_backups(self, context: dg.InputContext) -> tuple[set[str], set[str]]:
+        """The input's hours (before the backup tree's first hour, after its newest): no
+        data exists there. Before: the data's beginning, read as empty for good; after:
+        not yet, read as empty and what is built from them is provisional."""
         if self.backups is None:
-            return set()
+            return set(), set()
         from backfill_assets.sensors.state import backup_bounds
 
         bounds = backup_bounds(self.backups)
         if bounds is None:  # no backups at all (a wrong BACKUP_ROOT?): nothing is "outside"
-            return set()
-        return {h for h in context.asset_partition_keys if h < bounds[0] or h > bounds[1]}
+            return set(), set()
+        hours = set(context.asset_partition_keys)
+        return {h for h in hours if h < bounds[0]}, {h for h in hours if h > bounds[1]}
+
+
+@dataclass(frozen=True)
+class PartialWindow:
+    """A windowed reader's input where some upstream hours had no data to read (read as
+    empty): ``without_data`` maps each such hour to why (``SOURCE_OUTSIDE``: outside the
+    backups; ``SOURCE_UNAVAILABLE``: neither published nor rebuilt by the release)."""
+
+    frame: DataFrame
+    without_data: dict[str, str]
+
+
+def unwrap(read: "DataFrame | PartialWindow") -> tuple[DataFrame, dict[str, str]]:
+    """The frame of an input and the upstream hours it read without data."""
+    if isinstance(read, PartialWindow):
+        return read.frame, read.without_data
+    return read, {}
 
 
 @dataclass(frozen=True)
@@ -392,8 +445,17 @@ class UpstreamView:
     release_id: str
     candidates: dict[str, tuple[str, str]]  # hour -> (version, location) of the release
     live: dict[str, str]  # hour -> published location, for the hours not rebuilt
-    empty: list[str]  # hours read as empty (declared so, or outside the backups)
-    missing: list[str]  # hours neither rebuilt, published nor allowed empty
+    empty: list[str]  # read as empty: declared so, or before the backups' first hour
+    missing: list[str]  # hours neither rebuilt, published nor allowed empty: refused
+    outside: list[str] = field(default_factory=list)  # outside the backups: read as empty
+    unavailable: list[str] = field(default_factory=list)  # a windowed reader's gaps: empty
+
+    @property
+    def without_data(self) -> dict[str, str]:
+        return {
+            **{h: SOURCE_OUTSIDE for h in self.outside},
+            **{h: SOURCE_UNAVAILABLE for h in self.unavailable},
+        }
 
     @property
     def frame(self) -> DataFrame:
@@ -421,7 +483,9 @@ class UpstreamView:
             for h, (version, location) in self.candidates.items()
         ]
         rows += [(h, SOURCE_PUBLISHED, None, location) for h, location in self.live.items()]
-        rows += [(h, SOURCE_EMPTY, None, None) for h in self.empty]  # stale once published
+        # each stale once something is published there
+        rows += [(h, SOURCE_EMPTY, None, None) for h in self.empty]
+        rows += [(h, source, None, None) for h, source in self.without_data.items()]
         return [
             {
                 "release_id": self.release_id,
@@ -446,9 +510,13 @@ def resolve_upstream(
     release_id: str,
     *,
     allowed_empty: set[str] = frozenset(),
+    outside: set[str] = frozenset(),
+    windowed: bool = False,
 ) -> UpstreamView:
     """Per hour: the newest version of ``upstream`` that release ``release_id`` wrote, else
-    the published partition of ``published``; two small lookups, no scan of the data."""
+    the published partition of ``published``; two small lookups, no scan of the data.
+    An hour with neither is declared empty (``allowed_empty``), outside the backups
+    (``outside``), unavailable (a ``windowed`` reader's gap) or missing (refused)."""
     for hour in hours:
         parse_hour(hour)
     written = audit.read(spark, audit.SHADOW_PARTITIONS).where(
@@ -472,5 +540,7 @@ def resolve_upstream(
         candidates,
         live,
         empty=[h for h in rest if h in allowed_empty],
-        missing=[h for h in rest if h not in allowed_empty],
+        missing=[h for h in rest if h not in allowed_empty and h not in outside and not windowed],
+        outside=[h for h in rest if h not in allowed_empty and h in outside],
+        unavailable=[h for h in rest if h not in allowed_empty and h not in outside and windowed],
     )

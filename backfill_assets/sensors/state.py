@@ -25,7 +25,7 @@ from backfill_assets.backups.inventory import date_of_folder, hour_of_folder, ta
 from backfill_assets.layers.raw import ERASED_LINES, HOUR_INPUT_FILES, INPUT_FILES_LIST
 from backfill_assets.partitions import InvalidHourError, backup_hour_path, hour_range, parse_hour
 from backfill_assets.partitions import shift_hour as _shift
-from backfill_assets.publishing.publisher import Layer
+from backfill_assets.publishing.publisher import PROVISIONAL, Layer
 from backfill_assets.publishing.tables import table_key
 from backfill_assets.resources.backup_store import BackupStore
 from backfill_assets.sensors.findings import (
@@ -118,7 +118,7 @@ def partition_facts(metadata: Mapping[str, Any], hour: str) -> dict[str, Any]:
     else:  # one materialization per published hour (some hours were held back)
         info = {
             key: metadata_value(metadata, key)
-            for key in ("status", "shadow_version", "row_count", "code_version")
+            for key in ("status", "shadow_version", "row_count", "code_version", PROVISIONAL)
         }
     rows = text_or_none(info.get("row_count"))
     return {
@@ -126,6 +126,7 @@ def partition_facts(metadata: Mapping[str, Any], hour: str) -> dict[str, Any]:
         "version": text_or_none(info.get("shadow_version")),
         "rows": int(rows) if rows is not None else 0,
         "code_version": text_or_none(info.get("code_version")),
+        PROVISIONAL: text_or_none(info.get(PROVISIONAL)) or "",
     }
 
 
