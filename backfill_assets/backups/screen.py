@@ -94,10 +94,10 @@ def _has_long_line(chunks: Iterator[bytes], limit: int) -> bool:
         first = chunk.find(b"\n")
         if first < 0:
             run += len(chunk)
+            if run > limit:  # too long already, whatever ends it
+                return True
             continue
         if run + first > limit:
-            for _ in chunks:  # read on: the file's size is bounded all the same
-                pass
             return True
         run = len(chunk) - chunk.rfind(b"\n") - 1
     return run > limit  # a last line without its newline
@@ -105,14 +105,19 @@ def _has_long_line(chunks: Iterator[bytes], limit: int) -> bool:
 
 def screen_file(store: BackupStore, rel: str, records: int, limits: ReadLimits) -> Screened:
     """Stream the part file ``rel`` once (``records``: its manifest's, for the reason)."""
+    long_line = False
     try:
         with store.open_file(rel) as handle:
-            return Screened(long_line=_has_long_line(_chunks(handle, limits), limits.line_bytes))
+            chunks = _chunks(handle, limits)
+            long_line = _has_long_line(chunks, limits.line_bytes)
+            for _ in chunks:  # the rest of a file with a long line: its size is bounded too
+                pass
+            return Screened(long_line=long_line)
     except _TooLarge:
         reason = too_large_reason(limits.part_expanded_bytes)
         return Screened(refused=f"{reason}; {records} lines not read")
-    except zstandard.ZstdError:
-        return Screened()  # a broken frame: Spark names it file_unreadable
+    except zstandard.ZstdError:  # a broken frame, named file_unreadable: by Spark, or
+        return Screened(long_line=long_line)  # by judge_file once a line was too long
     except NotRegularFile as exc:  # replaced by a link or a FIFO since the inventory
         return Screened(
             refused=f"{contract.FILE_REFUSED}: {exc.strerror}; {records} lines not read"

@@ -25,6 +25,7 @@ from hostile import (
     SMALL_FILES,
     folder_of,
     hostile_tree,
+    long_line_file,
     payload_line,
     zstd_bomb,
 )
@@ -124,6 +125,32 @@ def test_long_lines_are_told_from_chunk_ends_as_a_split_would():
         got = list(screen._lines(iter(chunks), limit))
         assert [n for _, n in got] == [len(x) for x in split]
         assert [x for x, n in got if n <= limit] == [x for x in split if len(x) <= limit]
+
+
+def test_a_file_with_a_long_line_is_judged_streaming_and_named_when_its_frame_breaks(
+    tmp_path: Path,
+):
+    import hashlib
+
+    import pyarrow as pa
+
+    limits = ReadLimits(line_bytes=1024)
+    store = LocalBackupStore(root=str(tmp_path))
+    where = {"hour": BOMB_HOUR, "client_id": 1, "hour_start_ms": 0}
+    good = long_line_file(5000, [payload_line(1, BOMB_HOUR, 1)], [])
+    found = {}
+    for name, data in (("good.zst", good), ("broken.zst", good + b"junk")):
+        (tmp_path / name).write_bytes(data)
+        assert screen.screen_file(store, name, 2, limits) == screen.Screened(long_line=True)
+        sha = hashlib.sha256(data).hexdigest()
+        rows = pa.Table.from_batches(screen.judge_file(store, name, where, sha, 2, limits))
+        found[name] = [(r["line_number"], r["kind"], r["reason"]) for r in rows.to_pylist()]
+    assert found["good.zst"] == [
+        (1, "payload", None),
+        (2, "quarantine", screen.long_line_reason(5000, 1024)),
+    ]
+    [(number, _, reason)] = found["broken.zst"]
+    assert number is None and reason.startswith("file_unreadable: ")
 
 
 @pytest.mark.parametrize("store_kind", [LocalBackupStore, FetchingStore])
