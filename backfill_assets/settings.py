@@ -87,3 +87,52 @@ class Settings:
     @property
     def reports_dir(self) -> str:
         return f"{self.data_root}/reports"
+
+
+# What a backup file may cost to read (``ReadLimits``): its environment variables.
+MAX_PART_EXPANDED_BYTES_ENV = "BACKFILL_MAX_PART_EXPANDED_BYTES"
+MAX_LINE_BYTES_ENV = "BACKFILL_MAX_LINE_BYTES"
+MAX_MANIFEST_BYTES_ENV = "BACKFILL_MAX_MANIFEST_BYTES"
+_MIB = 2**20
+
+
+def _env_bytes(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
+    text = env.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{name}={text!r} is not a whole number of bytes") from None
+    if value < minimum:
+        raise ValueError(f"{name}={value} must be at least {minimum} bytes")
+    return value
+
+
+@dataclass(frozen=True)
+class ReadLimits:
+    """Bounds on what one backup file may cost to read; a file past one is refused before
+    Spark holds it (its folder's hour is held back), a line past ``line_bytes`` is
+    quarantined (``line_too_long``) and the rest of its file read.
+
+    - ``BACKFILL_MAX_PART_EXPANDED_BYTES`` (512 MiB): a part file's decompressed size (and
+      its compressed size), enforced while decompressing;
+    - ``BACKFILL_MAX_LINE_BYTES`` (1 MiB, at least 1 KiB): one line of a part file;
+    - ``BACKFILL_MAX_MANIFEST_BYTES`` (16 MiB): a folder's ``_MANIFEST.json``.
+    """
+
+    part_expanded_bytes: int = 512 * _MIB
+    line_bytes: int = _MIB
+    manifest_bytes: int = 16 * _MIB
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> ReadLimits:
+        env = os.environ if env is None else env
+        default = cls()
+        return cls(
+            part_expanded_bytes=_env_bytes(
+                env, MAX_PART_EXPANDED_BYTES_ENV, default.part_expanded_bytes, 1024
+            ),
+            line_bytes=_env_bytes(env, MAX_LINE_BYTES_ENV, default.line_bytes, 1024),
+            manifest_bytes=_env_bytes(env, MAX_MANIFEST_BYTES_ENV, default.manifest_bytes, 1024),
+        )

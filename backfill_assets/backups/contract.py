@@ -37,9 +37,11 @@ UNKNOWN_EVENT_TYPE = "unknown_event_type"
 UNKNOWN_DEVICE = "unknown_device"
 UNSUPPORTED_VERSION = "unsupported_schema_version"
 CLIENT_MISMATCH = "client_mismatch"
+LINE_TOO_LONG = "line_too_long"  # past ReadLimits.line_bytes: never held whole
 # File-level reasons (line_number is null): the file's lines could not be read at all.
 FILE_DIGEST_MISMATCH = "file_digest_mismatch"
 FILE_UNREADABLE = "file_unreadable"
+FILE_REFUSED = "file_refused"  # past a ReadLimits bound, or no longer a regular file
 
 _MIN_MS = 946_684_800_000  # 2000-01-01
 _MAX_MS = 4_102_444_800_000  # 2100-01-01

@@ -17,7 +17,12 @@ from datetime import datetime
 
 from backfill_assets.backups.contract import MANIFEST_NAME, PART_FILE_SUFFIX, is_int
 from backfill_assets.partitions import backup_hour_path, parse_hour
-from backfill_assets.resources.backup_store import BackupStore
+from backfill_assets.resources.backup_store import REGULAR, BackupStore, Entry, NotRegularFile
+from backfill_assets.settings import (
+    MAX_MANIFEST_BYTES_ENV,
+    MAX_PART_EXPANDED_BYTES_ENV,
+    ReadLimits,
+)
 
 # Names of the contract, matched whole (``fullmatch``: no trailing newline) and in ASCII
 # digits only (``\d`` would take ``hour=٠٣`` for ``hour=03``).
@@ -136,13 +141,39 @@ def stray_folders(store: BackupStore, dates: list[str]) -> tuple[list[str], dict
     return tree, per_date
 
 
+def _not_regular(entry: Entry) -> str:
+    link = f" to {entry.target}" if entry.target else ""
+    return f"a {entry.kind}{link}, not a regular file"
+
+
+def _refused_manifest(store: BackupStore, rel: str, limit: int) -> str | None:
+    """Why the manifest ``rel`` is not opened (told by its lstat), or None."""
+    entry = store.entry(rel)
+    if entry.kind != REGULAR:
+        return f"{rel}: {_not_regular(entry)}; not opened"
+    if entry.size is not None and entry.size > limit:
+        return (
+            f"{rel}: {entry.size} bytes, past the limit of {limit} bytes "
+            f"({MAX_MANIFEST_BYTES_ENV}); not opened"
+        )
+    return None
+
+
 def _read_manifest(
-    store: BackupStore, folder_rel: str
+    store: BackupStore, folder_rel: str, limit: int
 ) -> tuple[dict | None, bytes | None, str | None]:
+    rel = f"{folder_rel}/{MANIFEST_NAME}"
     try:
-        raw = store.read_bytes(f"{folder_rel}/{MANIFEST_NAME}")
+        refused = _refused_manifest(store, rel, limit)
+        if refused:
+            return None, None, refused
+        raw = store.read_bytes(rel, limit)
     except FileNotFoundError:
         return None, None, None
+    except NotRegularFile as exc:  # replaced by a link or a FIFO since its lstat
+        return None, None, f"{rel}: {exc.strerror}; refused"
+    except ValueError as exc:  # grown past the limit since its lstat
+        return None, None, f"{rel}: {exc} ({MAX_MANIFEST_BYTES_ENV}); refused"
     try:
         manifest = json.loads(raw)
         if not isinstance(manifest, dict):
@@ -159,7 +190,31 @@ def _count(value: object) -> int:
     return value  # type: ignore[return-value]
 
 
-def _folder(store: BackupStore, hour: str, client_id: int, rel: str) -> Folder:
+def _refused_part(store: BackupStore, rel: str, listed_bytes: int, limit: int) -> str | None:
+    """Why the part file ``rel`` is not read (told by its lstat, before any open): not a
+    regular file, larger than its manifest says, or past the limit; None if it may be."""
+    entry = store.entry(rel)
+    if entry.kind != REGULAR:
+        return f"{rel}: {_not_regular(entry)}; not opened"
+    if entry.size is None:
+        return None
+    if 0 <= listed_bytes < entry.size:
+        return (
+            f"{rel}: {entry.size} bytes, more than its manifest says ({listed_bytes}); not opened"
+        )
+    if entry.size > limit:
+        return (
+            f"{rel}: {entry.size} bytes, past the limit of {limit} bytes "
+            f"({MAX_PART_EXPANDED_BYTES_ENV}); not opened"
+        )
+    return None
+
+
+def _folder(store: BackupStore, hour: str, client_id: int, rel: str, limits: ReadLimits) -> Folder:
+    outside = store.outside_tree(rel)
+    if outside:  # a link out of the tree: nothing of it is listed or opened
+        problem = f"{rel}: outside the backup tree (it is {outside}); not read"
+        return Folder(hour, client_id, rel, False, None, (), None, (problem,))
     names = store.list_dir(rel)
     present = {n for n in names if _PART_FILE.fullmatch(n)}
     problems = [
@@ -168,7 +223,9 @@ def _folder(store: BackupStore, hour: str, client_id: int, rel: str) -> Folder:
         if n not in present and n != MANIFEST_NAME
     ]
     manifest, raw, error = (
-        _read_manifest(store, rel) if MANIFEST_NAME in names else (None, None, None)
+        _read_manifest(store, rel, limits.manifest_bytes)
+        if MANIFEST_NAME in names
+        else (None, None, None)
     )
     if error:
         problems.append(error)
@@ -200,6 +257,10 @@ def _folder(store: BackupStore, hour: str, client_id: int, rel: str) -> Folder:
                 problems.append(f"{rel}/{name}: listed in the manifest but missing")
                 continue
             size = int(entry.get("bytes", -1))
+            refused = _refused_part(store, f"{rel}/{name}", size, limits.part_expanded_bytes)
+            if refused:
+                problems.append(refused)
+                continue
             files.append(PartFile(f"{rel}/{name}", name, records, sha.lower(), size))
         records = _count(manifest["records"])
         listed_records = sum(_count(e["records"]) for e in manifest["files"])
@@ -217,13 +278,21 @@ def _folder(store: BackupStore, hour: str, client_id: int, rel: str) -> Folder:
     return Folder(hour, client_id, rel, True, records, tuple(files), sha, tuple(problems))
 
 
-def take_inventory(store: BackupStore, hours: list[str]) -> dict[str, HourInventory]:
+def take_inventory(
+    store: BackupStore, hours: list[str], limits: ReadLimits | None = None
+) -> dict[str, HourInventory]:
     """Inventory of ``hours`` (validated keys) in the tree of ``store``.
+
+    Nothing but regular files inside the tree is opened: a folder that links out of the
+    tree, a manifest or part file that is not a regular file (a link, a FIFO) or is past
+    its limit (``limits``, default ``ReadLimits.from_env()``), and a part file larger than
+    its manifest says are problems of their hour, named, never opened.
 
     Folders that follow no name of the contract (``stray_folders``) are problems of every
     hour they could hold lines of: an entry of ``raw/date=D/`` of the hours of D, an entry
     of ``raw/`` of every hour (its date cannot be told).
     """
+    limits = limits or ReadLimits.from_env()
     result: dict[str, HourInventory] = {}
     tree_stray, date_stray = stray_folders(
         store, sorted({f"{parse_hour(h):%Y-%m-%d}" for h in hours})
@@ -248,6 +317,6 @@ def take_inventory(store: BackupStore, hours: list[str]) -> dict[str, HourInvent
                     f"without leading zeros); {_FIX}"
                 )
                 continue
-            inventory.folders.append(_folder(store, hour, client_id, f"{hour_rel}/{entry}"))
+            inventory.folders.append(_folder(store, hour, client_id, f"{hour_rel}/{entry}", limits))
         result[hour] = inventory
     return result

@@ -15,6 +15,11 @@ number of lines only the Python reference can judge:
   on its raw bytes (through ISO-8859-1) so that each line keeps its bytes. A file Spark
   cannot decompress (``ignoreCorruptFiles``) yields no row and becomes one
   ``file_unreadable`` quarantine row.
+- **Bounds**: before Spark opens anything, every part file is streamed once within the
+  ``ReadLimits`` (``backups.screen``): a file that decompresses past its limit is left out
+  as one ``file_refused`` row, and a file with a line past its limit is judged on the
+  driver, streaming, by the reference (its over-long lines quarantined as
+  ``line_too_long``); Spark reads the others.
 - **Verdicts**: ``spark_contract.judge`` applies ``contract.parse_line``'s rules as column
   expressions. The rare lines it cannot decide exactly (``UNDECIDED``: not UTF-8, not
   JSON, exotic numbers or timestamps, ...) go to ``contract.parse_line`` itself: on the
@@ -43,7 +48,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from backfill_assets import faults, frames
-from backfill_assets.backups import contract
+from backfill_assets.backups import contract, screen
 from backfill_assets.backups.inventory import Folder, unique_files
 from backfill_assets.backups.parsed_rows import (
     COLUMNS,
@@ -56,6 +61,7 @@ from backfill_assets.backups.parsed_rows import (
 from backfill_assets.backups.spark_contract import UNDECIDED, judge
 from backfill_assets.partitions import parse_hour
 from backfill_assets.resources.backup_store import BackupStore
+from backfill_assets.settings import ReadLimits
 
 _KIND_UNDECIDED = "undecided"  # a line for the Python reference
 _KIND_FILE = "file"  # one row per expected file: its digest check
@@ -300,6 +306,33 @@ def _judge_undecided(
     )
 
 
+def _screened(
+    spark: SparkSession, store: BackupStore, expected: list[tuple], limits: ReadLimits
+) -> tuple[list[tuple], DataFrame | None]:
+    """``expected`` streamed within ``limits`` (``screen``): the entries Spark may read,
+    and the rows of the others (a ``file_refused`` row each, or their lines judged here),
+    None if there are none."""
+    found = screen.screen_files(store, {e[0]: e[5] for e in expected}, limits)
+    if not found:
+        return expected, None
+    import pyarrow as pa
+
+    batches = []
+    for rel, hour, client_id, hour_start_ms, sha256, records in expected:
+        if rel not in found:
+            continue
+        where = {"hour": hour, "client_id": client_id, "hour_start_ms": hour_start_ms}
+        refused = found[rel].refused
+        if refused:
+            rows = ParsedRows()
+            rows.add(**where, file=rel, line_number=None, reason=refused)
+            batches.append(rows.batch())
+        else:
+            batches.extend(screen.judge_file(store, rel, where, sha256, records, limits))
+    frame = spark.createDataFrame(pa.Table.from_batches(batches), PARSED_SCHEMA)
+    return [e for e in expected if e[0] not in found], frame
+
+
 _ADAPTIVE = "spark.sql.adaptive.enabled"
 _T = TypeVar("_T")
 
@@ -370,13 +403,16 @@ def read_folders(
     folders: list[Folder],
     *,
     driver_judged_lines: int = DRIVER_JUDGED_LINES,
+    limits: ReadLimits | None = None,
 ) -> Iterator[JudgedLines]:
     """Every line of the closed folders' part files, judged (``JudgedLines``).
 
     A context manager: the judged lines are cached (memory and disk) while the caller uses
     them (it may run several Spark actions on them) and released on exit.
-    ``driver_judged_lines``: the most undecided lines judged on the driver.
+    ``driver_judged_lines``: the most undecided lines judged on the driver. ``limits``
+    (default ``ReadLimits.from_env()``): what one file may cost to read.
     """
+    limits = limits or ReadLimits.from_env()
     hour_starts = {f.hour: int(parse_hour(f.hour).timestamp() * 1000) for f in folders}
     expected = [  # each file once, even if a manifest lists it twice (the inventory's problem)
         (f.rel_path, folder.hour, folder.client_id, hour_starts[folder.hour], f.sha256, f.records)
@@ -390,13 +426,18 @@ def read_folders(
         from backfill_assets.backups.reader_executors import read_with_executors
 
         # cached as well: the caller's counts and its two writes read the backups once
-        parsed = read_with_executors(spark, store, folders, PARSED_SCHEMA).persist(
+        parsed = read_with_executors(spark, store, folders, PARSED_SCHEMA, limits).persist(
             StorageLevel.MEMORY_AND_DISK
         )
         try:
             yield JudgedLines(parsed, lambda: frames.empty(spark, PARSED_SCHEMA))
         finally:
             parsed.unpersist()
+        return
+    expected, screened = _screened(spark, store, expected, limits)
+    if not expected:  # every file refused or judged here
+        empty = frames.empty(spark, PARSED_SCHEMA)
+        yield JudgedLines(empty, lambda: empty if screened is None else screened)
         return
     paths = [store.spark_path(rel) for rel, *_ in sorted(expected)]
     entries = frames.local(spark, expected, _FILES_SCHEMA)  # no Python worker
@@ -463,7 +504,8 @@ def read_folders(
         file_rows = _parsed(
             corrupt.unionByName(unreadable).withColumn("kind", F.lit(KIND_QUARANTINE))
         )
-        return rejected.unionByName(undecided).unionByName(file_rows)
+        judged_rest = rejected.unionByName(undecided).unionByName(file_rows)
+        return judged_rest if screened is None else judged_rest.unionByName(screened)
 
     try:
         yield JudgedLines(judged.where(kind == KIND_PAYLOAD).select(*COLUMNS), rest, left_out)

@@ -17,11 +17,12 @@ from urllib.parse import unquote
 from pyspark.sql import DataFrame, SparkSession
 
 from backfill_assets import faults
-from backfill_assets.backups import contract
+from backfill_assets.backups import contract, screen
 from backfill_assets.backups.inventory import Folder, unique_files
 from backfill_assets.backups.parsed_rows import ParsedRows
 from backfill_assets.partitions import parse_hour
 from backfill_assets.resources.backup_store import BackupStore
+from backfill_assets.settings import ReadLimits
 
 
 @dataclass(frozen=True)
@@ -33,9 +34,24 @@ class _Expected:
     records: int
 
 
-def _decompress(data: bytes) -> bytes:
+class _TooLarge(Exception):
+    pass
+
+
+def _decompress(data: bytes, limit: int) -> bytes:
+    """Every frame of ``data``; ``_TooLarge`` if they decompress past ``limit`` (a small
+    frame can expand to GiBs): told first by a pass that streams a chunk at a time and
+    keeps nothing (it cannot tell a truncated frame; the whole decompression then can)."""
+    import io
+
     import zstandard
 
+    counted = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data), read_across_frames=True)
+    total = 0
+    while chunk := counted.read(2**20):
+        total += len(chunk)
+        if total > limit:
+            raise _TooLarge
     out = []
     while data:
         obj = zstandard.ZstdDecompressor().decompressobj()
@@ -46,7 +62,9 @@ def _decompress(data: bytes) -> bytes:
     return b"".join(out)
 
 
-def _parse_file(rel: str, content: bytes, exp: _Expected, rows: ParsedRows) -> None:
+def _parse_file(
+    rel: str, content: bytes, exp: _Expected, rows: ParsedRows, limits: ReadLimits
+) -> None:
     where = {"hour": exp.hour, "client_id": exp.client_id, "file": rel}
 
     def whole_file(reason: str) -> None:
@@ -61,7 +79,11 @@ def _parse_file(rel: str, content: bytes, exp: _Expected, rows: ParsedRows) -> N
         )
         return
     try:
-        text = _decompress(content)
+        text = _decompress(content, limits.part_expanded_bytes)
+    except _TooLarge:
+        reason = screen.too_large_reason(limits.part_expanded_bytes)
+        whole_file(f"{reason}; {exp.records} lines not read")
+        return
     except Exception as exc:  # zstd errors have no common base class worth naming
         whole_file(f"{contract.FILE_UNREADABLE}: {exc}; {exp.records} lines not read")
         return
@@ -72,7 +94,7 @@ def _parse_file(rel: str, content: bytes, exp: _Expected, rows: ParsedRows) -> N
         rows.judge(line, **where, line_number=number, hour_start_ms=exp.hour_start_ms)
 
 
-def _parser(expected: dict[str, _Expected]):
+def _parser(expected: dict[str, _Expected], limits: ReadLimits):
     def parse_batches(batches: Iterator) -> Iterator:
         for batch in batches:
             paths = batch.column("path").to_pylist()
@@ -80,7 +102,7 @@ def _parser(expected: dict[str, _Expected]):
             for path, content in zip(paths, contents, strict=True):
                 rel = unquote(path[path.rfind("raw/date=") :])
                 rows = ParsedRows()
-                _parse_file(rel, content, expected[rel], rows)
+                _parse_file(rel, content, expected[rel], rows, limits)
                 yield rows.batch()
 
     return parse_batches
@@ -91,8 +113,10 @@ def read_with_executors(
     store: BackupStore,
     folders: list[Folder],
     schema: str,
+    limits: ReadLimits,
 ) -> DataFrame:
-    """Every line of the folders' part files, judged in Python on the executors."""
+    """Every line of the folders' part files, judged in Python on the executors (a file
+    that decompresses past ``limits`` is one ``file_refused`` row)."""
     expected = {  # each file once: the first entry of a path, as in ``reader``
         f.rel_path: _Expected(
             folder.hour,
@@ -104,4 +128,4 @@ def read_with_executors(
         for folder, f in unique_files(folders)
     }
     files = store.read_files(spark, sorted(expected))
-    return files.mapInArrow(_parser(expected), schema)
+    return files.mapInArrow(_parser(expected, limits), schema)

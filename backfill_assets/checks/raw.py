@@ -20,18 +20,22 @@ from backfill_assets.publishing import erasure
 from backfill_assets.resources.backup_store import BackupStore
 from backfill_assets.resources.warehouse import Warehouse
 
+MAX_NAMED_FILES = 3  # unreadable, corrupt or refused files named per folder
+
 
 def reconcile(
     inventory,
     counts: dict,
     allowed_missing: set[str],
     file_lines: dict[tuple[str, str], int] | None = None,
+    bad_files: dict[tuple[str, int], list[str]] | None = None,
 ) -> dict[str, str]:
     """Failing hours -> reason: every closed folder's manifest records must equal the
     lines read (valid + quarantined), no file may be unreadable or the folder open, and
     no stray folder (``hour=24``...) may sit beside the hour's. ``file_lines``: lines read
     per (hour, file), as the build counted them: a folder that differs names its files
-    that do."""
+    that do. ``bad_files``: per (hour, client), the whole-file quarantine rows' ``name:
+    reason`` (a file unreadable, corrupt or refused past a limit), named in the reason."""
     failing: dict[str, str] = {}
     for hour, inv in inventory.items():
         reasons = []
@@ -46,7 +50,11 @@ def reconcile(
                 continue
             lines, file_errors = counts.get((hour, folder.client_id), (0, 0))
             if file_errors:
-                reasons.append(f"{folder.rel_path}: {file_errors} unreadable/corrupt file(s)")
+                named = (bad_files or {}).get((hour, folder.client_id), [])[:MAX_NAMED_FILES]
+                reasons.append(
+                    f"{folder.rel_path}: {file_errors} unreadable/corrupt file(s)"
+                    + (f": {'; '.join(named)}" if named else "")
+                )
             if lines != folder.records and not file_errors:
                 files = [
                     f"{f.rel_path.rsplit('/', 1)[-1]} read {file_lines[hour, f.rel_path]}, "
@@ -130,9 +138,24 @@ def raw_checks(
         .agg(
             F.sum(F.when(F.col("line_number").isNotNull(), 1).otherwise(0)).alias("quarantined"),
             F.sum(F.when(F.col("line_number").isNull(), 1).otherwise(0)).alias("bad"),
+            F.slice(  # the first few whole-file rows, named in the reconciliation's reason
+                F.sort_array(
+                    F.collect_list(
+                        F.when(
+                            F.col("line_number").isNull(),
+                            F.concat_ws(  # its name in its folder, and why
+                                ": ", F.substring_index(F.col("file"), "/", -1), F.col("reason")
+                            ),
+                        )
+                    )
+                ),
+                1,
+                MAX_NAMED_FILES,
+            ).alias("bad_files"),
         )
         .collect()
     )
+    bad_files = {(r["hour"], r["client_id"]): list(r["bad_files"]) for r in rejected}
     zero = (0, 0, 0)
     totals = {key: (rows, 0, 0) for key, rows in report.group_rows.items()}
     for r in rejected:
@@ -146,7 +169,9 @@ def raw_checks(
     }
     inventory = take_inventory(backups, hours)
     allowed = tags.allowed_missing_hours(tags.of_run(context.instance, context.run.run_id), hours)
-    recon_failing = reconcile(inventory, counts, allowed, lines_read(context, version, hours))
+    recon_failing = reconcile(
+        inventory, counts, allowed, lines_read(context, version, hours), bad_files
+    )
     common.record_and_log(
         context,
         spark,

@@ -12,10 +12,13 @@ instance profile). The files are small zstd frames read whole, so nothing is los
 going through Hadoop. Nothing here writes: backups are read-only input.
 """
 
+import errno
 import os
+import stat
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import dagster as dg
 from dagster_aws.s3 import S3Resource
@@ -24,6 +27,30 @@ from pydantic import PrivateAttr
 FILES_SCHEMA = "path string, content binary"
 # Files fetched per Spark task: small enough to spread a range over the executors.
 FILES_PER_TASK = 8
+REGULAR = "regular file"  # the one kind of entry a reader of backups opens
+_KINDS = (  # what else an entry of a local tree can be, by its lstat
+    (stat.S_ISLNK, "symbolic link"),
+    (stat.S_ISDIR, "folder"),
+    (stat.S_ISFIFO, "FIFO"),
+    (stat.S_ISSOCK, "socket"),
+    (stat.S_ISCHR, "character device"),
+    (stat.S_ISBLK, "block device"),
+)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """What a path of the tree is, told without opening it: its kind (``REGULAR`` or a
+    description such as ``symbolic link``), its size (None when the store does not say),
+    and what a symbolic link points at."""
+
+    kind: str
+    size: int | None = None
+    target: str = ""
+
+
+class NotRegularFile(OSError):
+    """A path that is not (or no longer) a regular file of the tree: never read."""
 
 
 class BackupStore(dg.ConfigurableResource):
@@ -35,7 +62,20 @@ class BackupStore(dg.ConfigurableResource):
         """Names directly below ``rel`` (folders and files), sorted; [] if it does not exist."""
         raise NotImplementedError
 
-    def read_bytes(self, rel: str) -> bytes:
+    def read_bytes(self, rel: str, limit: int | None = None) -> bytes:
+        """The file's bytes; ``ValueError`` if it holds more than ``limit``."""
+        raise NotImplementedError
+
+    def entry(self, rel: str) -> Entry:
+        """What ``rel`` is, without opening it (objects of a store are regular files)."""
+        return Entry(REGULAR)
+
+    def outside_tree(self, rel: str) -> str | None:
+        """Where ``rel`` really is when that is outside the tree (a link out), else None."""
+        return None
+
+    def open_file(self, rel: str) -> BinaryIO:
+        """``rel`` opened for reading, only if it is a regular file of the tree."""
         raise NotImplementedError
 
     def spark_path(self, rel: str) -> str:
@@ -61,8 +101,42 @@ class LocalBackupStore(BackupStore):
         except (FileNotFoundError, NotADirectoryError):
             return []
 
-    def read_bytes(self, rel: str) -> bytes:
-        return (Path(self.root) / rel).read_bytes()
+    def read_bytes(self, rel: str, limit: int | None = None) -> bytes:
+        with self.open_file(rel) as handle:
+            data = handle.read() if limit is None else handle.read(limit + 1)
+        if limit is not None and len(data) > limit:
+            raise ValueError(f"larger than {limit} bytes")
+        return data
+
+    def entry(self, rel: str) -> Entry:
+        path = os.path.join(self.root, rel)
+        st = os.lstat(path)  # FileNotFoundError for a missing path
+        if stat.S_ISREG(st.st_mode):
+            return Entry(REGULAR, st.st_size)
+        kind = next((name for test, name in _KINDS if test(st.st_mode)), "special file")
+        return Entry(kind, None, os.readlink(path) if stat.S_ISLNK(st.st_mode) else "")
+
+    def outside_tree(self, rel: str) -> str | None:
+        root = os.path.realpath(self.root)
+        real = os.path.realpath(os.path.join(self.root, rel))  # lstat/readlink, no open
+        return None if real == root or real.startswith(root + os.sep) else real
+
+    def open_file(self, rel: str) -> BinaryIO:
+        """Opened without following a link (``O_NOFOLLOW``) and without waiting for a
+        writer (``O_NONBLOCK``: a FIFO put there after it was listed), then refused unless
+        the opened file is regular (``NotRegularFile``)."""
+        path = os.path.join(self.root, rel)
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        try:
+            fd = os.open(path, flags)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise NotRegularFile(errno.ELOOP, "a symbolic link, not opened", rel) from None
+            raise
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise NotRegularFile(errno.EINVAL, "not a regular file", rel)
+        return os.fdopen(fd, "rb")
 
     def spark_path(self, rel: str) -> str:
         return str((Path(self.root) / rel).resolve())
@@ -104,9 +178,13 @@ class S3BackupStore(BackupStore):
             names.update(o["Key"][len(prefix) :] for o in page.get("Contents", []))
         return sorted(n for n in names if n)
 
-    def read_bytes(self, rel: str) -> bytes:
+    def read_bytes(self, rel: str, limit: int | None = None) -> bytes:
         bucket, key = self._bucket_key(rel)
-        return self.client().get_object(Bucket=bucket, Key=key)["Body"].read()
+        extra = {} if limit is None else {"Range": f"bytes=0-{limit}"}
+        data = self.client().get_object(Bucket=bucket, Key=key, **extra)["Body"].read()
+        if limit is not None and len(data) > limit:
+            raise ValueError(f"larger than {limit} bytes")
+        return data
 
     def spark_path(self, rel: str) -> str:
         bucket, key = self._bucket_key(rel)

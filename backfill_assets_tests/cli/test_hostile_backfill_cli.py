@@ -1,0 +1,119 @@
+"""A real Dagster backfill (the CLI, its daemon, the run worker's Spark) over a 4-hour tree
+with one hostile case per folder (``backups/hostile.py``): the hours of the bomb and of the
+links and FIFO are held back, each naming its file in the CLI's output; the other hours are
+published (published + quarantined = manifest records), the 300 MB line quarantined with
+its length, the 2,000-file folder published whole; nothing outside the tree is opened. (The
+memory bound is held in-process: ``backups/test_hostile_backups.py``.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "backups"))
+from hostile import (
+    BOMB_HOUR,
+    CLEAN_HOUR,
+    HOURS,
+    LINKS_HOUR,
+    LONG_HOUR,
+    LONG_LINE_BYTES,
+    SMALL_FILES,
+    hostile_tree,
+)
+
+from backfill_assets.backups.inventory import take_inventory
+from backfill_assets.generator import generate_backups
+from backfill_assets.resources.backup_store import LocalBackupStore
+
+pytestmark = pytest.mark.slow
+
+BIN = Path(sys.executable).parent / "backfill-assets"
+
+
+def test_a_backfill_holds_back_the_hostile_hours_and_publishes_the_rest(tmp_path: Path):
+    root = tmp_path / "backups"
+    generate_backups(
+        root, start=HOURS[0], hours=4, clients=2, users_per_client=25, seed=11, workers=1
+    )
+    found = hostile_tree(root, tmp_path / "outside")
+    env = {
+        **os.environ,
+        "BACKUP_ROOT": str(root),
+        "DATA_ROOT": str(tmp_path / "data"),
+        "DAGSTER_HOME": str(tmp_path / "home"),
+        "BACKFILL_RECONCILE_SENSOR": "off",
+        "DAGSTER_DISABLE_TELEMETRY": "1",
+    }
+    command = [str(BIN), "backfill", "--from", HOURS[0], "--to", HOURS[-1]]
+    command += ["--layers", "raw", "--no-downstream", "--reason", "hostile files"]
+    try:
+        process = subprocess.run(
+            command,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=1500,
+        )
+        assert not any(f.opened for f in found.fifos)  # neither FIFO was ever opened
+    finally:
+        found.close()
+    output = process.stdout + process.stderr
+    assert process.returncode != 0, output[-4000:]
+    assert "Traceback" not in output and "Py4J" not in output, output[-4000:]
+    held = [line for line in output.splitlines() if "held back" in line]
+    bomb_folder, bomb_name = found.bomb.rsplit("/", 1)
+    assert any(
+        f"raw {BOMB_HOUR}" in line
+        and f"{bomb_folder}: 1 unreadable/corrupt file(s): {bomb_name}: file_refused: "
+        "decompresses past the limit of 536870912 bytes (BACKFILL_MAX_PART_EXPANDED_BYTES"
+        in line
+        for line in held
+    ), output[-4000:]
+    assert any(
+        f"raw {LINKS_HOUR}" in line and f"{found.outside_link}: a symbolic link" in line
+        for line in held
+    ), output[-4000:]
+    assert not any(f"raw {h}" in line for line in held for h in (CLEAN_HOUR, LONG_HOUR))
+    assert found.outside_file.stat().st_atime == found.outside_atime
+
+    published = _published(tmp_path / "data", env)
+    inventory = take_inventory(LocalBackupStore(root=str(root)), list(HOURS))
+    assert set(published["payloads"]) == {CLEAN_HOUR, LONG_HOUR}
+    for hour in (CLEAN_HOUR, LONG_HOUR):
+        quarantined = published["quarantined"].get(hour, 0)
+        assert published["payloads"][hour] + quarantined == inventory[hour].expected_records
+    assert published["long"] == [[2, f"line_too_long: {LONG_LINE_BYTES} bytes"]]
+    assert published["small"] == SMALL_FILES
+
+
+def _published(data: Path, env: dict[str, str]) -> dict:
+    """What the release published, read in a Spark session of its own (the metastore
+    serves one process at a time, and the suite's session has another)."""
+    code = """
+import json
+from pyspark.sql import functions as F
+from backfill_assets.resources.spark import spark_session
+from backfill_assets.settings import Settings
+
+spark = spark_session(Settings.from_env())
+def per_hour(frame):
+    return {r["hour"]: r["count"] for r in frame.groupBy("hour").count().collect()}
+quarantine = spark.table("raw.quarantine")
+long = quarantine.where(F.col("reason").startswith("line_too_long"))
+print(json.dumps({
+    "payloads": per_hour(spark.table("raw.payloads")),
+    "quarantined": per_hour(quarantine.where(F.col("line_number").isNotNull())),
+    "long": [[r.line_number, r.reason.split(",")[0]] for r in long.collect()],
+    "small": spark.table("raw.payloads").where(F.col("client_id") == 3).count(),
+}))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])
