@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 # A line of a report or a failure, at most (a longer one ends in "…").
-MAX_LINE_CHARS = 2000
+MAX_LINE_CHARS = 4000
 ELLIPSIS = "…"
 _BREAKS = re.compile(r"[\s\x00-\x1f\x7f-\x9f\u2028\u2029]+")
 # Characters Markdown (CommonMark + GitHub tables) gives a meaning anywhere in a line:

@@ -247,7 +247,7 @@ class ShadowTableIOManager(dg.ConfigurableIOManager):
             where = self._root(table)
             context.log.error(f"writing {table} under {where} failed: {exc}")
             raise dg.Failure(
-                description=f"{table}: writing the shadow version under {where} failed: "
+                description=f"{table}: writing the shadow version failed: "
                 f"{cause_line(exc, where)}; nothing of it was published",
             ) from exc
 
