@@ -39,9 +39,11 @@ import dagster as dg
 
 from backfill_assets import tags
 from backfill_assets.checks.outcomes import summarize
+from backfill_assets.errors import cause_line
 from backfill_assets.layers.windows import session_hours_touching
 from backfill_assets.partitions import hour_range
 from backfill_assets.settings import PROJECT_ROOT, Settings
+from backfill_assets.text import one_line
 
 log = logging.getLogger(__name__)
 
@@ -482,16 +484,24 @@ def run_messages(instance: dg.DagsterInstance, run_id: str, step_key: str) -> li
 
 def step_failure(event: dg.DagsterEvent) -> str:
     """``step: why`` of a STEP_FAILURE event: the ``dg.Failure``'s description when the
-    step raised one, else the first line of the innermost cause of the error."""
+    step raised one, else the cause of the error in words (``errors.cause_line``: the Java
+    cause chain of a Spark failure, not the Py4J call)."""
     data = event.event_specific_data
     user = getattr(data, "user_failure_data", None)
     if user is not None and user.description:
-        return f"{event.step_key}: {user.description}"
+        return f"{event.step_key}: {one_line(user.description)}"
     error = getattr(data, "error", None)
-    while error is not None and error.cause is not None:
-        error = error.cause
-    message = error.message.strip() if error is not None else ""
-    return f"{event.step_key}: {message.splitlines()[0] if message else event.message}"
+    return f"{event.step_key}: {cause_line(error) if error is not None else event.message}"
+
+
+def run_failure(instance: dg.DagsterInstance, run_id: str) -> str | None:
+    """``run: why`` of a run that failed outside its steps (a resource that refused to start
+    in a run of one process, a worker that could not start), None if none did."""
+    for record in instance.all_logs(run_id, of_type=dg.DagsterEventType.RUN_FAILURE):
+        error = getattr(record.dagster_event.event_specific_data, "error", None)
+        if error is not None:
+            return f"run: {cause_line(error)}"
+    return None
 
 
 def summarize_run(instance: dg.DagsterInstance, run: dg.DagsterRun) -> RunSummary:
@@ -518,6 +528,8 @@ def summarize_run(instance: dg.DagsterInstance, run: dg.DagsterRun) -> RunSummar
             if verdict is not None:
                 failures.append(f"{event.step_key}: {verdict.value}")
     failures += refused
+    if run.status == dg.DagsterRunStatus.FAILURE and not failures:
+        failures += filter(None, [run_failure(instance, run.run_id)])
     summaries = summarize(evaluations)
     per_name = collections.Counter(name for _, name in summaries)
     checks = {  # by check name; "asset name" for a name several assets' checks share

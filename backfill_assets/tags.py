@@ -6,6 +6,8 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from backfill_assets.text import one_line
+
 if TYPE_CHECKING:
     import dagster as dg
 
@@ -38,17 +40,52 @@ DAGSTER_BACKFILL = "dagster/backfill"
 DAGSTER_SENSOR = "dagster/sensor_name"
 MODES = ("backfill", "dry_run", "publish", "rollback", "vacuum", "erasure", "live")
 
+# Operator text: the most characters each may have (CLI flags, launch form, tags, sensor).
+# Past them it is refused at launch in one line; shown, it is always one line of text.
+MAX_REASON_CHARS = 500
+MAX_TICKET_CHARS = 100
+MAX_REQUESTED_BY_CHARS = 100
+TEXT_LIMITS = {
+    REASON: MAX_REASON_CHARS,
+    TICKET: MAX_TICKET_CHARS,
+    REQUESTED_BY: MAX_REQUESTED_BY_CHARS,
+}
+
+
+class OperatorTextError(ValueError):
+    """A reason, ticket or requester past its limit; the message is one line naming it."""
+
+
+def check_text_limits(values: Mapping[str, str | None], names: Mapping[str, str] | None = None):
+    """Refuse (``OperatorTextError``, one line) operator text past its limit. ``values``:
+    tag -> text (other tags are ignored); ``names``: how to name a tag (e.g. a CLI flag)."""
+    over = [
+        f"{(names or {}).get(tag, tag)} is {len(value):,} characters, more than the limit "
+        f"of {limit:,}"
+        for tag, limit in TEXT_LIMITS.items()
+        if len(value := values.get(tag) or "") > limit
+    ]
+    if over:
+        raise OperatorTextError(
+            "; ".join(over) + ": give a short reference (an incident or ticket id, a sentence)"
+        )
+
 
 def run_manifest(tags: Mapping[str, str]) -> dict[str, str | None]:
-    """The run manifest carried into lineage and the ledger."""
+    """The run manifest carried into lineage and the ledger (operator text as one line,
+    within its limit, whatever a run's tags hold)."""
     return {
-        "reason": tags.get(REASON),
-        "requested_by": requested_by(tags),
-        "ticket": tags.get(TICKET),
+        "reason": _bounded(tags.get(REASON), MAX_REASON_CHARS),
+        "requested_by": _bounded(requested_by(tags), MAX_REQUESTED_BY_CHARS),
+        "ticket": _bounded(tags.get(TICKET), MAX_TICKET_CHARS),
         "mode": tags.get(MODE) or ("backfill" if tags.get(DAGSTER_BACKFILL) else "live"),
         # the release the run builds into: its Dagster backfill unless tagged otherwise
         "backfill_id": tags.get(RELEASE) or tags.get(DAGSTER_BACKFILL),
     }
+
+
+def _bounded(value: str | None, limit: int) -> str | None:
+    return None if value is None else one_line(value, limit)
 
 
 def refusals(tags: Mapping[str, str]) -> list[str]:

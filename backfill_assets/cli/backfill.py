@@ -202,6 +202,7 @@ def validate_backfill(args: argparse.Namespace) -> tuple[list[str], list[str]]:
 
 def run_backfill(args: argparse.Namespace) -> int:
     from backfill_assets import launch, tags
+    from backfill_assets.text import one_line
 
     hours, layers = validate_backfill(args)
     extra = {}
@@ -233,7 +234,7 @@ def run_backfill(args: argparse.Namespace) -> int:
                 extra=extra,
             ),
             title=f"{kind} {args.first}..{args.last} {'+'.join(layers)}",
-            description=args.reason or "",
+            description=one_line(args.reason or "", tags.MAX_REASON_CHARS),
         )
     except launch.LaunchError as exc:
         raise CommandError(str(exc)) from None

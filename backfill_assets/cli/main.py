@@ -44,6 +44,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_text_limits(args: argparse.Namespace) -> None:
+    """A reason, ticket or requester past its limit is refused before anything is asked of
+    Dagster or Spark (one line, exit code 2)."""
+    from backfill_assets import tags
+
+    names = {
+        tags.REASON: "--reason",
+        tags.TICKET: "--ticket",
+        tags.REQUESTED_BY: "--by" if args.command == "approve" else "--requested-by",
+    }
+    values = {
+        tags.REASON: getattr(args, "reason", None),
+        tags.TICKET: getattr(args, "ticket", None),
+        tags.REQUESTED_BY: getattr(args, "requested_by", None),
+    }
+    try:
+        tags.check_text_limits(values, names)
+    except tags.OperatorTextError as exc:
+        raise CommandError(str(exc)) from None
+
+
 def _preflight(args: argparse.Namespace) -> None:
     """Fail in seconds, in one line, on what the command would otherwise meet deep in
     Spark (paths, permissions, a metastore in use, a missing backup tree)."""
@@ -51,6 +72,7 @@ def _preflight(args: argparse.Namespace) -> None:
     from backfill_assets.partitions import InvalidHourError, hour_range
     from backfill_assets.settings import Settings
 
+    _check_text_limits(args)
     validate = getattr(args, "validate", None)
     if validate is not None:  # the command's own arguments, before the environment
         validate(args)

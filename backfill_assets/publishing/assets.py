@@ -13,10 +13,13 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 
 import dagster as dg
+from py4j.protocol import Py4JJavaError
 from pydantic import Field
+from pyspark.errors import PySparkException
 
 from backfill_assets import tags
 from backfill_assets.checks.published import release_gate_evaluations
+from backfill_assets.errors import cause_line
 from backfill_assets.layers import aggregated, raw, transformed
 from backfill_assets.layers.common import json_metadata, refuse, run_lineage
 from backfill_assets.layers.registry import LAYERS
@@ -266,6 +269,14 @@ def publish_release(
         verdict = f"release {release} refused: {exc}{hint}"
         yield from refuse(context, verdict, {"release_id": release})
         return
+    except (Py4JJavaError, PySparkException, OSError) as exc:  # Spark or the file system
+        context.log.error(f"publishing release {release} failed: {exc}")
+        raise dg.Failure(
+            description=f"publishing release {release} failed: "
+            f"{cause_line(exc, warehouse.warehouse_dir)}; what is published stays one release "
+            f"per table (an unfinished transaction is settled by the next publish or "
+            f"backfill-assets verify): free the cause, then publish again",
+        ) from exc
     lineage = {**run_lineage(context, "release"), "backfill_id": release}
     yield from partition_events(plan, lineage)
     yield from release_gate_evaluations(context.instance, plan, layers)

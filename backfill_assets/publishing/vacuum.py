@@ -19,6 +19,7 @@ from backfill_assets.publishing import audit, compaction, retention
 from backfill_assets.publishing.lock import PUBLISH_POOL
 from backfill_assets.reporting.report import format_bytes
 from backfill_assets.resources.warehouse import Warehouse
+from backfill_assets.text import markdown_text
 
 VACUUM_JOB = "vacuum"
 VACUUM_OP = "vacuum_op"
@@ -88,7 +89,8 @@ def vacuum_op(context: dg.OpExecutionContext, config: VacuumConfig, warehouse: W
     context.log.info(f"vacuum {verb} {total}")
     compactions = compact_audit(context, warehouse, config)
     table = "\n".join(
-        f"| {d.table_name} | {d.hour} | {d.version} | {d.row_count:,} | {d.bytes:,} | {d.reason} |"
+        f"| {d.table_name} | {d.hour} | {d.version} | {d.row_count:,} | {d.bytes:,} "
+        f"| {markdown_text(d.reason)} |"
         for d in deletions[:500]
     )
     yield dg.Output(
@@ -107,8 +109,8 @@ def vacuum_op(context: dg.OpExecutionContext, config: VacuumConfig, warehouse: W
                 "| table | files | outcome | rows | carried | location |\n"
                 "|---|---|---|---|---|---|\n"
                 + "\n".join(
-                    f"| {c.table} | {c.files} | {c.outcome} {c.detail} | {c.rows} | {c.carried} "
-                    f"| {c.location} |"
+                    f"| {c.table} | {c.files} | {c.outcome} {markdown_text(c.detail)} | {c.rows} "
+                    f"| {c.carried} | {markdown_text(c.location)} |"
                     for c in compactions
                 )
             ),

@@ -50,6 +50,7 @@ from backfill_assets.sensors.state import (
     metadata_value,
     partition_facts,
 )
+from backfill_assets.text import markdown_text, one_line
 
 CHART_NAME = "rows_per_hour.png"
 # Gathered from the raw shadow's per-hour events (``layers.raw.MANIFEST_RECORDS``).
@@ -534,14 +535,14 @@ class BackfillReport:
             what += " + publish"
         head = f"run {run.run_id} - {what} {run.span} - {run.status} - mode {m.get('mode') or '-'}"
         head += f" - {took}"
-        out = [f"### {head}" if md else head]
-        bullet = "- " if md else "  "
-        out.append(
-            f"{bullet}manifest: reason {m.get('reason') or '-'}; requested by "
-            f"{m.get('requested_by') or '-'}; ticket {m.get('ticket') or '-'}; "
+        reason = one_line(m.get("reason") or "-", tags.MAX_REASON_CHARS)
+        who = one_line(m.get("requested_by") or "-", tags.MAX_REQUESTED_BY_CHARS)
+        ticket = one_line(m.get("ticket") or "-", tags.MAX_TICKET_CHARS)
+        out = [
+            f"manifest: reason {reason}; requested by {who}; ticket {ticket}; "
             f"backfill {m.get('backfill_id') or m.get('request_id') or '-'}; "
             f"started {_when(run.started)}"
-        )
+        ]
         read = run.read
         if "input_files" in read:  # the layer that reads the backups
             records = read.get(MANIFEST_RECORDS_PER_HOUR) or {}
@@ -549,7 +550,7 @@ class BackfillReport:
             if isinstance(problems, list):  # runs before the count: the listed problems
                 problems = len(problems)
             out.append(
-                f"{bullet}read: {read.get('input_files', 0):,} backup file(s), "
+                f"read: {read.get('input_files', 0):,} backup file(s), "
                 f"{format_bytes(read.get('input_bytes') or 0)}, "
                 f"{sum(records.values()):,} manifest record(s); backup problems: "
                 f"{problems or 'none'}"
@@ -558,30 +559,31 @@ class BackfillReport:
             window = read.get("received_hours_read")
             empty = read.get("allowed_missing_hours") or []
             out.append(
-                f"{bullet}read: {read['source_table']} (this release's candidates where it "
+                f"read: {read['source_table']} (this release's candidates where it "
                 f"rebuilt the hour, else published)"
                 + (f", received hours {window}" if window else "")
                 + (f"; read as empty (outside the data): {describe_hours(empty)}" if empty else "")
             )
         for w in run.written:
             out.append(
-                f"{bullet}written: {w['table']} {int(w['rows']):,} row(s), version "
-                f"{str(w['version'])[:8]}"
+                f"written: {w['table']} {int(w['rows']):,} row(s), version {str(w['version'])[:8]}"
             )
         for c in run.checks:
             verdict = "passed" if c.passed else f"FAILED ({c.severity})"
-            out.append(f"{bullet}check {c.name} on {c.asset}: {verdict} - {c.description}")
+            out.append(f"check {c.name} on {c.asset}: {verdict} - {c.description}")
         for failure in run.failures:
-            out.append(f"{bullet}failure: {failure}")
+            out.append(f"failure: {failure}")
         if run.seconds and run.rows_written:
             size = read.get("input_bytes") or 0
             per_hour = run.seconds / len(run.hours) if run.hours else run.seconds
             out.append(
-                f"{bullet}throughput: {run.rows_written / run.seconds:,.0f} rows/s, "
+                f"throughput: {run.rows_written / run.seconds:,.0f} rows/s, "
                 f"{per_hour:,.1f} s per partition-hour"
                 + (f", {format_bytes(size / run.seconds)}/s read" if size else "")
             )
-        return out
+        if md:  # every line is text: Markdown only from the report's own markers
+            return [f"### {markdown_text(head)}", *(f"- {markdown_text(line)}" for line in out)]
+        return [one_line(head), *(f"  {one_line(line)}" for line in out)]
 
     def _partition_lines(self, md: bool) -> list[str]:
         header = ["hour", "table", "before", "after", "change", "status"]
@@ -606,8 +608,8 @@ class BackfillReport:
         return _table(header, rows, md, indent="" if md else "  ")
 
     def text(self) -> str:
-        lines = [f"Backfill report: {self.ident}", *self.headline(), *self.truth]
-        lines += self.provisional() + self.held_back()
+        summary = [*self.headline(), *self.truth, *self.provisional(), *self.held_back()]
+        lines = [f"Backfill report: {self.ident}", *(one_line(line) for line in summary)]
         partitions = self._partition_lines(md=False)
         if partitions:
             what = "candidate vs published" if self.dry_run else "published before vs after"
@@ -620,9 +622,9 @@ class BackfillReport:
     def markdown(self, chart: str | None = CHART_NAME) -> str:
         """The report in Markdown; ``chart``: the PNG's file name, or None for the chart
         drawn in text (where no image can be shown: the Dagster UI's metadata)."""
-        lines = [f"# Backfill report: {self.ident}", "", "## Summary", ""]
+        lines = [f"# Backfill report: {markdown_text(self.ident)}", "", "## Summary", ""]
         summary = [*self.headline(), *self.truth, *self.provisional(), *self.held_back()]
-        lines += [f"- {line}" for line in summary]
+        lines += [f"- {markdown_text(line)}" for line in summary]
         if chart:
             lines += ["", f"![rows per hour, before and after]({chart})"]
         else:
@@ -660,12 +662,13 @@ class BackfillReport:
 
 def _table(header: list[str], rows: list[list[str]], md: bool, indent: str) -> list[str]:
     if md:
-        escape = [[cell.replace("|", "\\|") for cell in row] for row in rows]
+        escape = [[markdown_text(cell) for cell in row] for row in rows]
         return [
             "| " + " | ".join(header) + " |",
             "|" + "---|" * len(header),
             *("| " + " | ".join(row) + " |" for row in escape),
         ]
+    rows = [[one_line(cell) for cell in row] for row in rows]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
     numeric = {"before", "after", "change", "added", "removed", "changed"}
 

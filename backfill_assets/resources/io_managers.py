@@ -25,12 +25,15 @@ from dataclasses import dataclass, field
 
 import dagster as dg
 from dagster_pyspark import LazyPySparkResource
+from py4j.protocol import Py4JJavaError
 from pydantic import Field
+from pyspark.errors import PySparkException
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from backfill_assets import tags
 from backfill_assets.checks import rules
+from backfill_assets.errors import cause_line
 from backfill_assets.partitions import parse_hour
 from backfill_assets.publishing import audit
 from backfill_assets.publishing.publisher import (
@@ -245,6 +248,20 @@ class ShadowTableIOManager(dg.ConfigurableIOManager):
     def handle_output(
         self, context: dg.OutputContext, obj: "DataFrame | Measured | WithRules"
     ) -> None:
+        """Write the shadow version; a failure of Spark or of the file system ends the step
+        with its cause in words and the table's location (the JVM's stack in the log)."""
+        try:
+            self._write(context, obj)
+        except (Py4JJavaError, PySparkException, OSError) as exc:
+            table = table_name(context.asset_key)
+            where = self._root(table)
+            context.log.error(f"writing {table} under {where} failed: {exc}")
+            raise dg.Failure(
+                description=f"{table}: writing the shadow version failed: "
+                f"{cause_line(exc, where)}; nothing of it was published",
+            ) from exc
+
+    def _write(self, context: dg.OutputContext, obj: "DataFrame | Measured | WithRules") -> None:
         stats, checked = None, None
         if isinstance(obj, Measured):
             obj, stats = obj.frame, obj.stats

@@ -30,12 +30,19 @@ class LaunchForm(dg.ConfigurableResource):
     """Why, for whom and how a release runs (the fields of ``backfill-assets backfill``)."""
 
     reason: str = Field(
-        default="", description="Why this release: recorded in run tags, lineage and the ledger."
+        default="",
+        description="Why this release: recorded in run tags, lineage and the ledger "
+        f"(at most {tags.MAX_REASON_CHARS} characters, shown as one line of text).",
     )
-    ticket: str = Field(default="", description="Ticket or incident reference, e.g. INC-1234.")
+    ticket: str = Field(
+        default="",
+        description="Ticket or incident reference, e.g. INC-1234 "
+        f"(at most {tags.MAX_TICKET_CHARS} characters).",
+    )
     requested_by: str = Field(
         default="",
-        description="Who asked for it (default: the Dagster user who launched it, if any).",
+        description="Who asked for it (default: the Dagster user who launched it, if any; "
+        f"at most {tags.MAX_REQUESTED_BY_CHARS} characters).",
     )
     mode: Mode = Field(
         default=Mode.publish,
@@ -69,7 +76,12 @@ class LaunchForm(dg.ConfigurableResource):
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         run = context.dagster_run
         answers = self.answers()
-        if run is None or context.instance is None or not answers:
+        if run is None:
+            return
+        # a reason, ticket or requester past its limit (form or typed tags): the step fails
+        # at once with the one line that names it
+        tags.check_text_limits({**run.tags, **answers})
+        if context.instance is None or not answers:
             return
         clashes = [
             f"{key}: tag {run.tags[key]!r}, form {value!r}"

@@ -45,8 +45,9 @@ from datetime import UTC, datetime, timedelta
 from backfill_assets import tags
 from backfill_assets.backups.inventory import HourInventory
 from backfill_assets.layers.windows import received_window
-from backfill_assets.partitions import hour_range, parse_hour, shift_hour
+from backfill_assets.partitions import clamp_range, hour_range, parse_hour, shift_hour
 from backfill_assets.publishing.publisher import Layer
+from backfill_assets.text import one_line
 
 MISSING_HOUR = "missing_hour"
 BACKUP_PROBLEM = "backup_problem"
@@ -74,7 +75,6 @@ LAYER_TAG = tags.LAYER
 REQUEST_ID_TAG = tags.REQUEST_ID
 RANGE_START_TAG = "dagster/asset_partition_range_start"
 RANGE_END_TAG = "dagster/asset_partition_range_end"
-MAX_REASON_CHARS = 480
 
 PlanRanges = Callable[[Sequence[str], str, str], list[tuple[str, str, str]]]
 
@@ -494,7 +494,7 @@ class RangeRequest:
             suffix = f" (client {', '.join(map(str, sorted(who)))})" if who else ""
             parts.append(f"{kind} in {layer} {describe_hours(hours)}{suffix}")
         text = "reconciliation: " + "; ".join(parts)
-        return text if len(text) <= MAX_REASON_CHARS else text[: MAX_REASON_CHARS - 3] + "..."
+        return one_line(text, tags.MAX_REASON_CHARS)  # within the limit operators have too
 
     def tags(self, request_id: str) -> dict[str, str]:
         """The run tags of this request (run manifest + partition range)."""
@@ -563,11 +563,15 @@ def _received_hour_layers() -> tuple[str, ...]:
 def allowed_outside(layer: str, first: str, last: str, window: Window) -> tuple[str, ...]:
     """Hours a run of ``layer`` over ``first..last`` reads that lie outside the backup tree
     (before its first hour or after its newest): they have no data yet or never will, so
-    the run may read them as empty. Only session layers read beyond their own hours."""
+    the run may read them as empty. Only session layers read beyond their own hours. Hours
+    a window reaches outside the partitions (before the first, after the last) are no
+    partition: nothing reads them, so they are not listed."""
     if layer in _received_hour_layers():
         return ()
-    start, end = received_window(first)[0], received_window(last)[1]
-    return tuple(h for h in hour_range(start, end) if h < window.earliest or h > window.newest)
+    span = clamp_range(received_window(first)[0], received_window(last)[1])
+    if span is None:
+        return ()
+    return tuple(h for h in hour_range(*span) if h < window.earliest or h > window.newest)
 
 
 def plan(

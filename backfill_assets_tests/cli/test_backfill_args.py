@@ -110,3 +110,28 @@ def test_approve_builds_the_publish_config_of_an_approval():
         "approval_reason": "fixed export",
         "approved_by": "alice",
     }
+
+
+@pytest.mark.parametrize(
+    ("command", "flag", "limit"),
+    [
+        (["backfill", "--from", "2026-11-20T00", "--to", "2026-11-20T05"], "--ticket", "100"),
+        (["backfill", "--from", "2026-11-20T00", "--to", "2026-11-20T05"], "--reason", "500"),
+        (["backfill", "--from", "2026-11-20T00", "--to", "2026-11-20T05"], "--requested-by",
+         "100"),
+        (["approve", "--backfill", "rel-1", "--reason", "ok"], "--by", "100"),
+        (["publish", "--backfill", "rel-1"], "--ticket", "100"),
+    ],
+)  # fmt: skip
+def test_operator_text_past_its_limit_is_refused_in_one_line_before_submission(
+    command, flag, limit, capsys, monkeypatch, tmp_path
+):
+    """A 100 kB ticket (or reason, requester) is refused before Dagster is asked anything."""
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "never-created"))
+    code = main([*command, flag, "INC-1\n" + "x" * 100_000])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1, err[:500]
+    assert f"{flag} is 100,006 characters, more than the limit of {limit}" in err
+    assert len(err) < 400
+    assert not (tmp_path / "never-created").exists()
