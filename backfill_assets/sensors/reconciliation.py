@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 
 import dagster as dg
 
-from backfill_assets import tags
+from backfill_assets import holds, tags
 from backfill_assets.layers import registry
 from backfill_assets.partitions import hour_range
 from backfill_assets.publishing.publisher import Layer
@@ -49,7 +49,6 @@ from backfill_assets.sensors.state import (
     published_from_instance,
     reconcile,
     reconcile_window,
-    runs_in_flight,
 )
 from backfill_assets.settings import Settings
 
@@ -256,6 +255,26 @@ def _health_observations(
     return events, marks
 
 
+def held_note(result: Reconciliation, releases: Sequence[holds.Release]) -> str:
+    """``; skipped N hour(s) held by release(s) ID, ... in flight`` when the plan skipped
+    hours for a release in flight ("" otherwise)."""
+    skipped = {
+        (layer, hour): why
+        for layer, hours in result.plan.skipped.items()
+        for hour, why in hours.items()
+        if why.startswith("release ") and " in flight " in why
+    }
+    if not skipped:
+        return ""
+    named = sorted({why.split()[1] for why in skipped.values()})
+    hours = sorted({hour for _, hour in skipped})
+    span = f"{hours[0]}..{hours[-1]}" if len(hours) > 1 else hours[0]
+    return (
+        f"; skipped {len(hours)} hour(s) ({span}) {holds.HELD_BY}(s) "
+        f"{', '.join(named)} in flight: requested again only if still damaged after it ends"
+    )
+
+
 def evaluate(
     instance: dg.DagsterInstance,
     keys_by_layer: Mapping[str, Sequence[dg.AssetKey]],
@@ -280,7 +299,8 @@ def evaluate(
             request_id,
         )
     published = published_from_instance(instance, layers, window.hours)
-    in_flight = runs_in_flight(instance, keys_by_layer)
+    releases = holds.in_flight(instance)
+    in_flight = holds.by_layer(releases, keys_by_layer)
     result = reconcile(
         backups,
         published,
@@ -303,6 +323,7 @@ def evaluate(
         summary = f"{len(result.findings)} finding(s), nothing new to request"
     else:
         summary = NO_FINDINGS
+    summary += held_note(result, releases)
     sensor_result = dg.SensorResult(skip_reason=summary, asset_events=events, cursor=next_cursor)
     return Evaluation(result, sensor_result, request_id)
 
