@@ -34,6 +34,7 @@ from backfill_assets import tags
 from backfill_assets.checks.outcomes import summarize
 from backfill_assets.launch import PUBLISH_KEY, step_failure
 from backfill_assets.layers.raw import BACKUP_PROBLEMS, MANIFEST_RECORDS
+from backfill_assets.publishing.cancel import cancellation_line
 from backfill_assets.publishing.publisher import Layer
 from backfill_assets.publishing.tables import UnsafeValueError, table_key, table_name
 from backfill_assets.reporting.chart import rows_bars, rows_chart
@@ -356,6 +357,7 @@ class BackfillReport:
     truth: list[str] = field(default_factory=list)  # extra lines (the demo's ground truth)
     release_id: str = ""
     dry_run: bool = False  # nothing of the release is published (yet)
+    cancelled: str = ""  # "cancelled by X at T ...": the release was stopped
 
     def _sessions(self) -> tuple[int, int, int] | None:
         rows = [
@@ -379,7 +381,7 @@ class BackfillReport:
         seconds = sum(r.seconds or 0 for r in self.runs)
         rows = sum(r.rows_written for r in self.runs)
         hours = sum(len(r.hours) for r in self.runs)
-        lines = []
+        lines = [self.cancelled] if self.cancelled else []
         for layer in dict.fromkeys(p.layer for p in self.partitions):
             mine = [p for p in self.partitions if p.layer == layer]
             published = {p.hour for p in mine if p.status == "published"}
@@ -727,7 +729,11 @@ def collect_release(
     # step publishes nothing
     dry_run = not collected.published and not publish_runs
     report = BackfillReport(
-        ident or f"release {release_id}", runs, release_id=release_id, dry_run=dry_run
+        ident or f"release {release_id}",
+        runs,
+        release_id=release_id,
+        dry_run=dry_run,
+        cancelled=cancellation_line(instance, release_id),
     )
     publish_failures = [f for r in publish_runs for f in r.failures]
     for layer in layers:
