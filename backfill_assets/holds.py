@@ -35,6 +35,8 @@ RUN_IN_FLIGHT = [
 ]
 BACKFILL_PAGE = 200  # newest backfills read; an older one still in flight is a stuck daemon
 HELD_BY = "held by release"  # the words every refusal and skip uses
+IN_FLIGHT = "in flight"
+CANCELLED = "cancelled by an operator"  # the sensor does not relaunch it for the same damage
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,11 @@ def backfill_hours(backfill) -> set[str]:
 
 
 def in_flight(instance: dg.DagsterInstance) -> list[Release]:
-    """Every release in flight with the hours it holds, oldest first."""
+    """Every release in flight with the hours it holds, oldest first (a run whose process
+    is gone is marked failed first: it holds nothing)."""
+    from backfill_assets.sensors.orphans import fail_orphaned_runs
+
+    fail_orphaned_runs(instance)
     found: dict[str, Release] = {}
     for backfill in instance.get_backfills(limit=BACKFILL_PAGE):
         if backfill.status.value in BACKFILL_IN_FLIGHT:
@@ -130,13 +136,29 @@ def refusal(blocking: Sequence[Release], hours: Iterable[str], what: str) -> str
     )
 
 
-def by_layer(releases: Sequence[Release], layers: Iterable[str]) -> dict[str, dict[str, str]]:
-    """layer -> hour -> ``release ID`` for every hour held (any layer: one release per hour
-    at a time), the shape the reconciliation plan skips."""
+def cancelled(instance: dg.DagsterInstance) -> list[Release]:
+    """Releases (backfills among the newest) that were cancelled, with the hours they held."""
+    return [
+        Release(
+            b.backfill_id,
+            b.backfill_timestamp,
+            frozenset(backfill_hours(b)),
+            tags.requested_by(b.tags or {}) or "",
+        )
+        for b in instance.get_backfills(limit=BACKFILL_PAGE)
+        if b.status.value == "CANCELED"
+    ]
+
+
+def by_layer(
+    releases: Sequence[Release], layers: Iterable[str], state: str = IN_FLIGHT
+) -> dict[str, dict[str, str]]:
+    """layer -> hour -> ``release ID <state>`` for every hour held (any layer: one release
+    per hour at a time), the shape the reconciliation plan skips."""
     held: dict[str, str] = {}
     for release in sorted(releases, key=Release.order, reverse=True):
         for hour in release.hours:
-            held[hour] = f"release {release.release_id}"
+            held[hour] = f"release {release.release_id} {state}"
     return {layer: dict(held) for layer in layers}
 
 

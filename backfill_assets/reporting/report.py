@@ -727,13 +727,14 @@ def collect_release(
     runs.sort(key=lambda r: r.started or 0)
     publish_runs = [r for r in runs if r.publishes and not r.dry_run]  # a dry run's publish
     # step publishes nothing
-    dry_run = not collected.published and not publish_runs
+    cancelled = cancellation_line(instance, release_id)
+    dry_run = not collected.published and not publish_runs and not cancelled
     report = BackfillReport(
         ident or f"release {release_id}",
         runs,
         release_id=release_id,
         dry_run=dry_run,
-        cancelled=cancellation_line(instance, release_id),
+        cancelled=cancelled,
     )
     publish_failures = [f for r in publish_runs for f in r.failures]
     for layer in layers:
@@ -764,10 +765,13 @@ def collect_release(
                 else:
                     now = was
                     status = "not published"
-                    reasons = publish_failures[:1] or [
+                    no_publish = (
                         "no publish step ran (publish the release with "
                         f"`backfill-assets publish --backfill {release_id}`)"
-                    ]
+                    )
+                    reasons = (
+                        ["release cancelled"] if cancelled else publish_failures[:1] or [no_publish]
+                    )
                 report.partitions.append(
                     PartitionRows(layer.name, table, hour, was, now, status, "; ".join(reasons))
                 )

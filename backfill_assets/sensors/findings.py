@@ -626,7 +626,7 @@ def plan(
             fp = digest(f.key for f in found)
             result.targets.setdefault(layer, {})[hour] = fp
             if (layer, hour) not in free:
-                why = f"{held[(layer, hour)]} in flight rebuilds this hour or its sessions"
+                why = f"held by {held[(layer, hour)]} (it rebuilds this hour or its sessions)"
                 result.skipped.setdefault(layer, {})[hour] = why
             elif requested.get(layer, {}).get(hour) == fp:
                 why = (

@@ -68,12 +68,14 @@ class Cursor:
 
     ``requested``: layer -> hour -> fingerprint of the damage it was requested for;
     ``reported``: layer -> hour -> digest of the findings last recorded as an observation;
-    ``health``: layer -> digest of the health numbers last recorded as an observation.
+    ``health``: layer -> digest of the health numbers last recorded as an observation;
+    ``cancelled``: releases seen cancelled (their hours' damage then counts as requested).
     """
 
     requested: dict[str, dict[str, str]] = field(default_factory=dict)
     reported: dict[str, dict[str, str]] = field(default_factory=dict)
     health: dict[str, str] = field(default_factory=dict)
+    cancelled: list[str] = field(default_factory=list)
 
     @classmethod
     def parse(cls, text: str | None) -> "Cursor":
@@ -87,11 +89,17 @@ class Cursor:
             requested=data.get("requested", {}),
             reported=data.get("reported", {}),
             health=data.get("health", {}),
+            cancelled=data.get("cancelled", []),
         )
 
     def dump(self) -> str:
         return json.dumps(
-            {"requested": self.requested, "reported": self.reported, "health": self.health},
+            {
+                "requested": self.requested,
+                "reported": self.reported,
+                "health": self.health,
+                "cancelled": self.cancelled[-holds.BACKFILL_PAGE :],
+            },
             sort_keys=True,
             separators=(",", ":"),
         )
@@ -168,6 +176,10 @@ def _next_requested(result: Reconciliation, previous: Cursor) -> dict[str, dict[
         for hour, fp in targets.get(request.layer, {}).items():
             if request.first <= hour <= request.last:
                 kept.setdefault(request.layer, {})[hour] = fp
+    for layer, hours in result.plan.skipped.items():  # a release an operator cancelled:
+        for hour, why in hours.items():  # its damage as it is now counts as requested
+            if holds.CANCELLED in why and hour in targets.get(layer, {}):
+                kept.setdefault(layer, {})[hour] = targets[layer][hour]
     return kept
 
 
@@ -262,11 +274,11 @@ def held_note(result: Reconciliation, releases: Sequence[holds.Release]) -> str:
         (layer, hour): why
         for layer, hours in result.plan.skipped.items()
         for hour, why in hours.items()
-        if why.startswith("release ") and " in flight " in why
+        if why.startswith(f"{holds.HELD_BY} ") and f" {holds.IN_FLIGHT} " in why
     }
     if not skipped:
         return ""
-    named = sorted({why.split()[1] for why in skipped.values()})
+    named = sorted({why.split()[3] for why in skipped.values()})
     hours = sorted({hour for _, hour in skipped})
     span = f"{hours[0]}..{hours[-1]}" if len(hours) > 1 else hours[0]
     return (
@@ -300,7 +312,11 @@ def evaluate(
         )
     published = published_from_instance(instance, layers, window.hours)
     releases = holds.in_flight(instance)
-    in_flight = holds.by_layer(releases, keys_by_layer)
+    stopped = [r for r in holds.cancelled(instance) if r.release_id not in previous.cancelled]
+    in_flight = {  # hours of releases cancelled since the last evaluation, then in flight
+        layer: {**hours, **holds.by_layer(releases, [layer])[layer]}
+        for layer, hours in holds.by_layer(stopped, keys_by_layer, holds.CANCELLED).items()
+    }
     result = reconcile(
         backups,
         published,
@@ -315,7 +331,10 @@ def evaluate(
     health_events, health = _health_observations(result, previous, layers)
     events += health_events
     next_cursor = Cursor(
-        requested=_next_requested(result, previous), reported=reported, health=health
+        requested=_next_requested(result, previous),
+        reported=reported,
+        health=health,
+        cancelled=[*previous.cancelled, *(r.release_id for r in stopped)],
     ).dump()
     if result.plan.requests:
         summary = f"{len(result.findings)} finding(s); releases requested ({request_id})"
