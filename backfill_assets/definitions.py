@@ -16,6 +16,7 @@ from backfill_assets.publishing.assets import (
     published_tables,
     rollback_release_job,
 )
+from backfill_assets.publishing.cancel import record_cancellation_job
 from backfill_assets.publishing.erase import erase_job
 from backfill_assets.publishing.vacuum import build_vacuum_schedule, vacuum_job
 from backfill_assets.resources import build_resources
@@ -33,7 +34,7 @@ def build_definitions(settings: Settings) -> dg.Definitions:
             publish_release,
             *published_tables,
         ],
-        jobs=[rollback_release_job, vacuum_job, erase_job],
+        jobs=[rollback_release_job, vacuum_job, erase_job, record_cancellation_job],
         schedules=[build_vacuum_schedule()],
         asset_checks=[raw_checks, transformed_checks, aggregated_checks, published_checks],
         resources=build_resources(settings),

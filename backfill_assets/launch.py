@@ -277,6 +277,23 @@ def submit_backfill(
     return _outcome(data["launchPartitionBackfill"], "LaunchBackfillSuccess")["backfillId"]
 
 
+_CANCEL = """
+mutation Cancel($backfillId: String!) {
+  cancelPartitionBackfill(backfillId: $backfillId) {
+    __typename
+    ... on CancelBackfillSuccess { backfillId }
+    ... on Error { message }
+  }
+}"""
+
+
+def cancel_backfill(settings: Settings, backfill_id: str) -> str:
+    """Cancel a backfill as the UI's cancel button does: Dagster stops submitting its
+    runs and terminates those queued or running; returns its id."""
+    data = graphql(settings, _CANCEL, {"backfillId": backfill_id})
+    return _outcome(data["cancelPartitionBackfill"], "CancelBackfillSuccess")["backfillId"]
+
+
 def submit_run(
     settings: Settings, job: str, run_config: Mapping, run_tags: Mapping[str, str]
 ) -> str:

@@ -43,6 +43,7 @@ COMMAND_NEEDS: dict[str, frozenset[str]] = {
     "publish": frozenset({DATA, DAGSTER}),
     "sql": frozenset({METASTORE}),
     "rollback": frozenset({DATA, DAGSTER}),
+    "cancel": frozenset({DATA, DAGSTER}),
     "vacuum": frozenset({DATA, DAGSTER}),
     "verify": frozenset({METASTORE}),
     "halfcut": frozenset({METASTORE}),

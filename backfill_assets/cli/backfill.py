@@ -157,6 +157,11 @@ def _follow(
     )
     if report_id or backfill_id:
         print(f"report: backfill-assets report --backfill {report_id or backfill_id}")
+    from backfill_assets.holds import HELD_BY
+
+    held = [f for r in outcome.runs for f in r.failures if HELD_BY in f]
+    if held:  # refused at its first step: an earlier release holds its hours
+        raise CommandError(held[0].split(": ", 1)[-1])
     return 0 if outcome.success else 1
 
 
@@ -200,6 +205,42 @@ def validate_backfill(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     return hours, layers
 
 
+def release_hours(layers: list[str], first: str, last: str) -> list[str]:
+    """Every hour a release rooted at ``first..last`` rebuilds, any layer (the session
+    layer's hours reach past the root's)."""
+    from backfill_assets import launch
+    from backfill_assets.partitions import hour_range
+
+    spans = launch.plan_ranges(layers, first, last)
+    return sorted({h for _, a, b in spans for h in hour_range(a, b)})
+
+
+def refuse_if_held(
+    instance, hours: list[str], what: str, *, own: str | None = None, settings=None
+) -> None:
+    """Refuse, in one line (exit 2), a release whose hours a release in flight holds.
+
+    Before submitting (``own`` None): any release in flight. After (``own``: the backfill
+    just created): only one created earlier, and this one is cancelled first, so of two
+    releases launched together exactly the first proceeds."""
+    from backfill_assets import holds, launch
+
+    releases = holds.in_flight(instance)
+    mine = next((r for r in releases if r.release_id == own), None) if own else None
+    if own is not None and mine is None:
+        return  # finished already: nothing in flight was ahead of it
+    blocking = holds.holders(releases, hours, before=mine)
+    if not blocking:
+        return
+    if own is not None:
+        try:
+            launch.cancel_backfill(settings, own)
+        except launch.LaunchError as exc:
+            line = f"{holds.refusal(blocking, hours, what)}; cancel failed: {exc}"
+            raise CommandError(line) from None
+    raise CommandError(holds.refusal(blocking, hours, what))
+
+
 def run_backfill(args: argparse.Namespace) -> int:
     from backfill_assets import launch, tags
     from backfill_assets.text import one_line
@@ -221,6 +262,8 @@ def run_backfill(args: argparse.Namespace) -> int:
             extra[tags.ESTIMATE_SECONDS] = f"{guess.seconds:.0f}"
     keys = launch.release_selection(defs, layers, publish=not args.dry_run)
     kind = "dry run" if args.dry_run else "backfill"
+    held = release_hours(layers, args.first, args.last)
+    refuse_if_held(instance, held, f"{kind} {args.first}..{args.last}")
     try:
         backfill_id = launch.submit_backfill(
             settings,
@@ -238,6 +281,7 @@ def run_backfill(args: argparse.Namespace) -> int:
         )
     except launch.LaunchError as exc:
         raise CommandError(str(exc)) from None
+    refuse_if_held(instance, held, f"{kind} {backfill_id}", own=backfill_id, settings=settings)
     print(
         f"submitted {kind} {backfill_id}: {'+'.join(layers)} for {args.first}..{args.last} "
         f"({len(hours)} h){'' if args.dry_run else ' and publish'}"

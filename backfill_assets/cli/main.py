@@ -16,6 +16,7 @@ import sys
 SUBCOMMAND_MODULES = (
     "generate",
     "backfill",
+    "cancel",
     "sql",
     "rollback",
     "vacuum",

@@ -49,7 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from backfill_assets import launch
+    from backfill_assets import holds, launch
     from backfill_assets.definitions import build_definitions
     from backfill_assets.instance import get_instance
     from backfill_assets.layers.registry import LAYERS
@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
         window,
         config,
         source=args.source,
-        in_flight=state.runs_in_flight(instance, keys),
+        in_flight=holds.by_layer(holds.in_flight(instance), keys),
     )
     if args.format == "json":
         document = result.to_dict()

@@ -33,6 +33,7 @@ from backfill_assets.checks.schemas import (
     session_id_aggregates,
     session_id_of,
 )
+from backfill_assets.holds import refuse_if_held
 from backfill_assets.layers import transformed
 from backfill_assets.layers.common import (
     SINGLE_RUN,
@@ -550,6 +551,7 @@ def aggregated_shadow(
     launch_form: LaunchForm,  # the launch dialog's form: its answers become the run's tags
 ) -> Iterator[dg.MaterializeResult | dg.AssetObservation]:
     """Rebuild the sessions and client_hourly shadow tables of the session hours."""
+    refuse_if_held(context)  # an earlier release in flight holds some of its hours
     started = time.monotonic()
     hours = list(context.partition_keys)
     if isinstance(transformed_payloads, UpstreamGap):

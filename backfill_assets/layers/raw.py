@@ -10,6 +10,7 @@ from backfill_assets.backups.inventory import take_inventory
 from backfill_assets.backups.reader import KIND_PAYLOAD, KIND_QUARANTINE, read_folders
 from backfill_assets.checks import rules
 from backfill_assets.checks.schemas import RawPayloadSchema
+from backfill_assets.holds import refuse_if_held
 from backfill_assets.layers.common import (
     SINGLE_RUN,
     digest_of,
@@ -137,6 +138,7 @@ def raw_shadow(
     launch_form: LaunchForm,  # the launch dialog's form: its answers become the run's tags
 ):
     """Read the closed backup folders of the hours into the raw shadow tables."""
+    refuse_if_held(context)  # an earlier release in flight holds some of its hours
     started = time.monotonic()
     hours = list(context.partition_keys)
     inventory = take_inventory(backups, hours)

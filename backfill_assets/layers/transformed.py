@@ -11,6 +11,7 @@ from pyspark.sql import functions as F
 
 from backfill_assets.checks.digests import id_digest_columns
 from backfill_assets.checks.schemas import TransformedPayloadSchema
+from backfill_assets.holds import refuse_if_held
 from backfill_assets.layers import raw
 from backfill_assets.layers.common import (
     SINGLE_RUN,
@@ -97,6 +98,7 @@ def transformed_shadow(
     launch_form: LaunchForm,  # the launch dialog's form: its answers become the run's tags
 ) -> Iterator[dg.MaterializeResult | dg.AssetObservation]:
     """Rebuild the transformed shadow table of the hours from the release's raw payloads."""
+    refuse_if_held(context)  # an earlier release in flight holds some of its hours
     started = time.monotonic()
     hours = list(context.partition_keys)
     if isinstance(raw_payloads, UpstreamGap):

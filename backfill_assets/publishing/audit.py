@@ -10,6 +10,7 @@
 | ``audit.approvals``        | change-gate finding approved by a person        |
 | ``audit.erasures``         | erasure request (salted digest, never the id)   |
 | ``audit.erased_lines``     | (hour, client) lines a raw build left out       |
+| ``audit.cancellations``    | release cancelled by a person (nothing published)|
 
 Rows are only ever appended. An append is one small Parquet file written straight into the
 table's location through Hadoop's FileSystem (the one Spark uses, so ``file:`` locally and
@@ -57,6 +58,7 @@ APPROVALS = f"{AUDIT_DB}.approvals"
 ERASURE_KIND = "erasure"  # the kind of a deletion by an erasure purge (else: vacuum's)
 ERASURES = f"{AUDIT_DB}.erasures"
 ERASED_LINES = f"{AUDIT_DB}.erased_lines"
+CANCELLATIONS = f"{AUDIT_DB}.cancellations"
 # A superseded location's seal (see ``publishing.compaction``): where its table went, when.
 SEAL = "_compacted"
 # How long past a seal's deadline an append waits for its table to move (host clocks).
@@ -101,6 +103,10 @@ _DDL: dict[str, str] = {
     ERASED_LINES: (
         "table_name string, hour string, version string, client_id bigint, lines bigint, "
         "run_id string, recorded_at timestamp"
+    ),
+    CANCELLATIONS: (
+        "release_id string, status string, hours string, runs string, cancelled_by string, "
+        "reason string, ticket string, run_id string, cancelled_at timestamp"
     ),
 }
 

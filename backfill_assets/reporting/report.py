@@ -34,6 +34,7 @@ from backfill_assets import tags
 from backfill_assets.checks.outcomes import summarize
 from backfill_assets.launch import PUBLISH_KEY, step_failure
 from backfill_assets.layers.raw import BACKUP_PROBLEMS, MANIFEST_RECORDS
+from backfill_assets.publishing.cancel import cancellation_line
 from backfill_assets.publishing.publisher import PROVISIONAL, Layer
 from backfill_assets.publishing.tables import UnsafeValueError, table_key, table_name
 from backfill_assets.reporting.chart import rows_bars, rows_chart
@@ -362,6 +363,7 @@ class BackfillReport:
     truth: list[str] = field(default_factory=list)  # extra lines (the demo's ground truth)
     release_id: str = ""
     dry_run: bool = False  # nothing of the release is published (yet)
+    cancelled: str = ""  # "cancelled by X at T ...": the release was stopped
 
     def _sessions(self) -> tuple[int, int, int] | None:
         rows = [
@@ -385,7 +387,7 @@ class BackfillReport:
         seconds = sum(r.seconds or 0 for r in self.runs)
         rows = sum(r.rows_written for r in self.runs)
         hours = sum(len(r.hours) for r in self.runs)
-        lines = []
+        lines = [self.cancelled] if self.cancelled else []
         for layer in dict.fromkeys(p.layer for p in self.partitions):
             mine = [p for p in self.partitions if p.layer == layer]
             published = {p.hour for p in mine if p.status == "published"}
@@ -745,9 +747,14 @@ def collect_release(
     runs.sort(key=lambda r: r.started or 0)
     publish_runs = [r for r in runs if r.publishes and not r.dry_run]  # a dry run's publish
     # step publishes nothing
-    dry_run = not collected.published and not publish_runs
+    cancelled = cancellation_line(instance, release_id)
+    dry_run = not collected.published and not publish_runs and not cancelled
     report = BackfillReport(
-        ident or f"release {release_id}", runs, release_id=release_id, dry_run=dry_run
+        ident or f"release {release_id}",
+        runs,
+        release_id=release_id,
+        dry_run=dry_run,
+        cancelled=cancelled,
     )
     publish_failures = [f for r in publish_runs for f in r.failures]
     for layer in layers:
@@ -781,10 +788,13 @@ def collect_release(
                 else:
                     now = was
                     status = "not published"
-                    reasons = publish_failures[:1] or [
+                    no_publish = (
                         "no publish step ran (publish the release with "
                         f"`backfill-assets publish --backfill {release_id}`)"
-                    ]
+                    )
+                    reasons = (
+                        ["release cancelled"] if cancelled else publish_failures[:1] or [no_publish]
+                    )
                 report.partitions.append(
                     PartitionRows(layer.name, table, hour, was, now, status, "; ".join(reasons))
                 )

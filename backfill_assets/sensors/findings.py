@@ -603,12 +603,25 @@ def plan(
         if finding.actionable and finding.layer in order:
             causes[(finding.layer, finding.hour)].add(finding)
     targets: dict[str, dict[str, set[Finding]]] = defaultdict(lambda: defaultdict(set))
+    free: set[tuple[str, str]] = set()  # targets some cause not held in flight reaches
+    held: dict[tuple[str, str], str] = {}  # the others: what holds their cause's hours
     for (layer, hour), found in causes.items():
         downstream = list(layer_names[order[layer] :])
-        for name, first, last in plan_ranges(downstream, hour, hour):
-            for target in hour_range(first, last):
-                if window.earliest <= target <= window.newest:
-                    targets[name][target] |= found
+        spans = [
+            (name, target)
+            for name, first, last in plan_ranges(downstream, hour, hour)
+            for target in hour_range(first, last)
+        ]
+        # a release rooted here would rebuild every span: one held by a release in flight
+        # (any layer) blocks the cause
+        holder = next((in_flight[n][t] for n, t in spans if t in in_flight.get(n, {})), None)
+        for name, target in spans:
+            if window.earliest <= target <= window.newest:
+                targets[name][target] |= found
+                if holder is None:
+                    free.add((name, target))
+                else:
+                    held.setdefault((name, target), holder)
 
     result = Plan()
     todo: dict[str, dict[str, set[Finding]]] = defaultdict(dict)
@@ -616,8 +629,8 @@ def plan(
         for hour, found in hours.items():
             fp = digest(f.key for f in found)
             result.targets.setdefault(layer, {})[hour] = fp
-            if hour in in_flight.get(layer, {}):
-                why = f"being backfilled by run {in_flight[layer][hour]}"
+            if (layer, hour) not in free:
+                why = f"held by {held[(layer, hour)]} (it rebuilds this hour or its sessions)"
                 result.skipped.setdefault(layer, {})[hour] = why
             elif requested.get(layer, {}).get(hour) == fp:
                 why = (

@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 
 import dagster as dg
 
-from backfill_assets import tags
+from backfill_assets import holds, tags
 from backfill_assets.layers import registry
 from backfill_assets.partitions import hour_range
 from backfill_assets.publishing.publisher import Layer
@@ -49,7 +49,6 @@ from backfill_assets.sensors.state import (
     published_from_instance,
     reconcile,
     reconcile_window,
-    runs_in_flight,
 )
 from backfill_assets.settings import Settings
 
@@ -69,12 +68,14 @@ class Cursor:
 
     ``requested``: layer -> hour -> fingerprint of the damage it was requested for;
     ``reported``: layer -> hour -> digest of the findings last recorded as an observation;
-    ``health``: layer -> digest of the health numbers last recorded as an observation.
+    ``health``: layer -> digest of the health numbers last recorded as an observation;
+    ``cancelled``: releases seen cancelled (their hours' damage then counts as requested).
     """
 
     requested: dict[str, dict[str, str]] = field(default_factory=dict)
     reported: dict[str, dict[str, str]] = field(default_factory=dict)
     health: dict[str, str] = field(default_factory=dict)
+    cancelled: list[str] = field(default_factory=list)
 
     @classmethod
     def parse(cls, text: str | None) -> "Cursor":
@@ -88,11 +89,17 @@ class Cursor:
             requested=data.get("requested", {}),
             reported=data.get("reported", {}),
             health=data.get("health", {}),
+            cancelled=data.get("cancelled", []),
         )
 
     def dump(self) -> str:
         return json.dumps(
-            {"requested": self.requested, "reported": self.reported, "health": self.health},
+            {
+                "requested": self.requested,
+                "reported": self.reported,
+                "health": self.health,
+                "cancelled": self.cancelled[-holds.BACKFILL_PAGE :],
+            },
             sort_keys=True,
             separators=(",", ":"),
         )
@@ -169,6 +176,10 @@ def _next_requested(result: Reconciliation, previous: Cursor) -> dict[str, dict[
         for hour, fp in targets.get(request.layer, {}).items():
             if request.first <= hour <= request.last:
                 kept.setdefault(request.layer, {})[hour] = fp
+    for layer, hours in result.plan.skipped.items():  # a release an operator cancelled:
+        for hour, why in hours.items():  # its damage as it is now counts as requested
+            if holds.CANCELLED in why and hour in targets.get(layer, {}):
+                kept.setdefault(layer, {})[hour] = targets[layer][hour]
     return kept
 
 
@@ -256,6 +267,26 @@ def _health_observations(
     return events, marks
 
 
+def held_note(result: Reconciliation, releases: Sequence[holds.Release]) -> str:
+    """``; skipped N hour(s) held by release(s) ID, ... in flight`` when the plan skipped
+    hours for a release in flight ("" otherwise)."""
+    skipped = {
+        (layer, hour): why
+        for layer, hours in result.plan.skipped.items()
+        for hour, why in hours.items()
+        if why.startswith(f"{holds.HELD_BY} ") and f" {holds.IN_FLIGHT} " in why
+    }
+    if not skipped:
+        return ""
+    named = sorted({why.split()[3] for why in skipped.values()})
+    hours = sorted({hour for _, hour in skipped})
+    span = f"{hours[0]}..{hours[-1]}" if len(hours) > 1 else hours[0]
+    return (
+        f"; skipped {len(hours)} hour(s) ({span}) {holds.HELD_BY}(s) "
+        f"{', '.join(named)} in flight: requested again only if still damaged after it ends"
+    )
+
+
 def evaluate(
     instance: dg.DagsterInstance,
     keys_by_layer: Mapping[str, Sequence[dg.AssetKey]],
@@ -280,7 +311,12 @@ def evaluate(
             request_id,
         )
     published = published_from_instance(instance, layers, window.hours)
-    in_flight = runs_in_flight(instance, keys_by_layer)
+    releases = holds.in_flight(instance)
+    stopped = [r for r in holds.cancelled(instance) if r.release_id not in previous.cancelled]
+    in_flight = {  # hours of releases cancelled since the last evaluation, then in flight
+        layer: {**hours, **holds.by_layer(releases, [layer])[layer]}
+        for layer, hours in holds.by_layer(stopped, keys_by_layer, holds.CANCELLED).items()
+    }
     result = reconcile(
         backups,
         published,
@@ -295,7 +331,10 @@ def evaluate(
     health_events, health = _health_observations(result, previous, layers)
     events += health_events
     next_cursor = Cursor(
-        requested=_next_requested(result, previous), reported=reported, health=health
+        requested=_next_requested(result, previous),
+        reported=reported,
+        health=health,
+        cancelled=[*previous.cancelled, *(r.release_id for r in stopped)],
     ).dump()
     if result.plan.requests:
         summary = f"{len(result.findings)} finding(s); releases requested ({request_id})"
@@ -303,6 +342,7 @@ def evaluate(
         summary = f"{len(result.findings)} finding(s), nothing new to request"
     else:
         summary = NO_FINDINGS
+    summary += held_note(result, releases)
     sensor_result = dg.SensorResult(skip_reason=summary, asset_events=events, cursor=next_cursor)
     return Evaluation(result, sensor_result, request_id)
 

@@ -29,8 +29,6 @@ from backfill_assets.publishing.publisher import PROVISIONAL, Layer
 from backfill_assets.publishing.tables import table_key
 from backfill_assets.resources.backup_store import BackupStore
 from backfill_assets.sensors.findings import (
-    RANGE_END_TAG,
-    RANGE_START_TAG,
     Published,
     ReconcileConfig,
     Reconciliation,
@@ -43,12 +41,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 _READ_FILE = re.compile(r"raw/(date=[^/]+/hour=[0-9]{2})/client_id=([0-9]+)/([^/]+)")  # fullmatch
-ACTIVE_STATUSES = [
-    dg.DagsterRunStatus.QUEUED,
-    dg.DagsterRunStatus.NOT_STARTED,
-    dg.DagsterRunStatus.STARTING,
-    dg.DagsterRunStatus.STARTED,
-]
 PAGE = 500
 UNPUBLISHED = "unpublished"  # status of a rollback that removed the partition
 
@@ -364,30 +356,6 @@ def layer_asset_keys(
         if group in keys:
             keys[group].append(key)
     return {layer: sorted(k, key=lambda x: x.to_user_string()) for layer, k in keys.items()}
-
-
-def runs_in_flight(
-    instance: dg.DagsterInstance,
-    keys_by_layer: Mapping[str, Sequence[dg.AssetKey]],
-) -> dict[str, dict[str, str]]:
-    """Hours of each layer that a queued or running run is rebuilding: layer -> hour -> run id
-    (whoever launched it: this sensor, the UI, the CLI)."""
-    result: dict[str, dict[str, str]] = {}
-    for run in instance.get_runs(filters=dg.RunsFilter(statuses=ACTIVE_STATUSES)):
-        first = run.tags.get(RANGE_START_TAG) or run.tags.get("dagster/partition")
-        last = run.tags.get(RANGE_END_TAG) or first
-        if not first or not last:
-            continue
-        try:
-            hours = hour_range(first, last)
-        except InvalidHourError:
-            continue
-        selection = run.asset_selection
-        for layer, keys in keys_by_layer.items():
-            if selection is None or selection & set(keys):
-                for hour in hours:
-                    result.setdefault(layer, {})[hour] = run.run_id
-    return result
 
 
 # ---------------------------------------------------------------------------- together

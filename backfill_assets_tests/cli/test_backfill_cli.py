@@ -1,34 +1,66 @@
 """The CLI submits real Dagster asset backfills and runs Dagster's daemon meanwhile.
 
-Two `backfill-assets backfill` processes start together against one instance and one
-embedded metastore: both are recorded as backfills with their runs, the instance's run
-queue (one run at a time locally) serializes their runs, both finish, and no process hits
-the embedded metastore's one-JVM limit.
+Three `backfill-assets backfill` processes start against one instance and one embedded
+metastore: two of them overlap (hour 01) and start a second apart, so exactly one of them
+proceeds and the other is refused at launch in one line naming it (exit 2); the third
+(another hour, a dry run) queues behind the winner in the instance's run queue (one run at
+a time locally). A reconciliation tick while they are in flight submits nothing for the
+hours they hold and says so. No process hits the embedded metastore's one-JVM limit.
 """
 
 import itertools
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import dagster as dg
 import pytest
 
 from backfill_assets import tags
+from backfill_assets.definitions import build_definitions
 from backfill_assets.generator import generate_backups
+from backfill_assets.holds import HELD_BY, in_flight
+from backfill_assets.instance import get_instance
 from backfill_assets.publishing.assets import PUBLISH
+from backfill_assets.resources.backup_store import LocalBackupStore
+from backfill_assets.sensors.reconciliation import SENSOR_NAME
+from backfill_assets.settings import Settings
 
 pytestmark = pytest.mark.slow
 
 BIN = Path(sys.executable).parent / "backfill-assets"
+DEADLINE_SECONDS = 300
 
 
-def test_two_cli_backfills_are_dagster_backfills_queued_and_both_finish(tmp_path: Path):
+def start(args: list[str], env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen(
+        [str(BIN), *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def releases_with(instance: dg.DagsterInstance, reasons: set[str]) -> dict[str, str]:
+    """reason -> backfill id of the backfills launched with those reasons (so far)."""
+    return {
+        b.tags.get(tags.REASON, ""): b.backfill_id
+        for b in instance.get_backfills()
+        if b.tags.get(tags.REASON) in reasons
+    }
+
+
+def test_overlapping_cli_backfills_one_proceeds_the_other_is_refused_and_the_sensor_waits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     generate_backups(
         tmp_path / "backups",
         start="2026-11-20T00",
-        hours=2,
+        hours=4,
         clients=2,
         users_per_client=10,
         seed=3,
@@ -42,68 +74,113 @@ def test_two_cli_backfills_are_dagster_backfills_queued_and_both_finish(tmp_path
         "BACKFILL_RECONCILE_SENSOR": "off",
         "DAGSTER_DISABLE_TELEMETRY": "1",
     }
-    # two layers chained in one backfill that publishes; and a raw-only dry run (the stack
-    # test runs a release of every layer through the daemon)
+    for key in ("BACKUP_ROOT", "DATA_ROOT", "DAGSTER_HOME"):
+        monkeypatch.setenv(key, env[key])
+    settings = Settings.from_env()
+    hours = ["--layers", "raw", "--no-downstream"]
     first = ["--from", "2026-11-20T00", "--to", "2026-11-20T01", "--layers", "raw,transformed"]
-    second = ["--from", "2026-11-20T01", "--to", "2026-11-20T01", "--layers", "raw"]
-    commands = [
-        ["backfill", *first, "--no-downstream", "--reason", "first"],
-        ["backfill", *second, "--no-downstream", "--reason", "second", "--dry-run"],
-    ]
-    processes = [
-        subprocess.Popen(
-            [str(BIN), *args],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
-        for args in commands
-    ]
+    commands = {  # two layers chained in one backfill that publishes; a raw-only dry run
+        "first": ["backfill", *first, "--no-downstream", "--reason", "first"],
+        "dry": [
+            "backfill",
+            "--from",
+            "2026-11-20T03",
+            "--to",
+            "2026-11-20T03",
+            *hours,
+            "--dry-run",
+            "--reason",
+            "dry",
+        ],
+        "second": [
+            "backfill",
+            "--from",
+            "2026-11-20T01",
+            "--to",
+            "2026-11-20T02",
+            *hours,
+            "--reason",
+            "second",
+        ],
+    }
+    processes = {}
     try:
-        outputs = [p.communicate(timeout=1500)[0] for p in processes]
+        processes["first"] = start(commands["first"], env)
+        processes["dry"] = start(commands["dry"], env)
+        time.sleep(1)  # the operator's second command, a second later (not a synchronization)
+        processes["second"] = start(commands["second"], env)
+        instance = get_instance(settings)
+        # the loser of the two overlapping releases exits at launch, the winner is in flight
+        deadline = time.monotonic() + DEADLINE_SECONDS
+        while not any(processes[n].poll() is not None for n in ("first", "second")):
+            assert time.monotonic() < deadline, "neither overlapping release settled"
+            time.sleep(0.2)
+        loser = next(n for n in ("first", "second") if processes[n].poll() is not None)
+        winner = "second" if loser == "first" else "first"
+        loser_output = processes[loser].communicate()[0]
+        while len(launched := releases_with(instance, {winner, "dry"})) < 2:
+            assert time.monotonic() < deadline, "the releases were never submitted"
+            time.sleep(0.2)
+        held = {r.release_id: r.hours for r in in_flight(instance)}
+        assert launched[winner] in held, "the winner finished before the sensor's tick"
+        # a reconciliation tick now: every damaged hour's release would touch a held hour
+        defs = build_definitions(settings)
+        context = dg.build_sensor_context(
+            instance=instance,
+            definitions=defs,
+            resources={"backups": LocalBackupStore(root=env["BACKUP_ROOT"])},
+        )
+        before = {b.backfill_id for b in instance.get_backfills()}
+        tick = defs.resolve_sensor_def(SENSOR_NAME)(context).skip_reason.skip_message
+        outputs = {n: p.communicate(timeout=1500)[0] for n, p in processes.items() if n != loser}
     finally:
-        for p in processes:
+        for p in processes.values():
             if p.poll() is None:
                 os.killpg(p.pid, 9)
                 p.wait()
-    for process, output in zip(processes, outputs, strict=True):
-        assert process.returncode == 0, output[-4000:]
-        assert "Derby" not in output and "SessionHiveMetaStoreClient" not in output
-        assert "estimate: " in output  # printed before launching (nothing measured yet)
-    with dg.DagsterInstance.from_config(str(tmp_path / "home")) as instance:
-        backfills = instance.get_backfills()
-        assert len(backfills) == 2
-        runs = {
-            b.backfill_id: instance.get_runs(
-                filters=dg.RunsFilter(tags={tags.DAGSTER_BACKFILL: b.backfill_id})
-            )
-            for b in backfills
-        }
-        for backfill in backfills:
-            assert backfill.status.value in ("COMPLETED", "COMPLETED_SUCCESS")
-            assert backfill.backfill_id in "".join(outputs)  # the CLI named its backfill
-            assert runs[backfill.backfill_id]
-            assert all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs[backfill.backfill_id])
-        # the two-layer release built raw and transformed, then ran its publish step
-        chained = next(b for b in backfills if "first" in str(b.tags.get(tags.REASON)))
-        selected = [
-            sorted(k.to_user_string() for k in r.asset_selection) for r in runs[chained.backfill_id]
-        ]
-        assert ["release/publish"] in selected
-        assert any("shadow/transformed_payloads_candidate" in s for s in selected)
-        dry = next(b for b in backfills if b is not chained)
-        assert dry.tags.get(tags.MODE) == "dry_run"
-        # built and checked, nothing published
-        assert all(PUBLISH not in r.asset_selection for r in runs[dry.backfill_id])
-        # the queue ran one run at a time: no two runs of the instance overlapped
-        spans = sorted(
-            (instance.get_run_stats(r.run_id).start_time, instance.get_run_stats(r.run_id).end_time)
-            for rs in runs.values()
-            for r in rs
-        )
-        assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans))
+    # the refused one: exit 2, one line naming the release that holds its hours
+    assert processes[loser].returncode == 2, loser_output[-4000:]
+    refusal = loser_output.strip().splitlines()[-1]
+    assert f"refused: {HELD_BY} in flight: release {launched[winner]}" in refusal, refusal
+    assert "2026-11-20T01" in refusal
+    # the sensor submitted nothing and said why
+    assert {b.backfill_id for b in instance.get_backfills() if b.backfill_id not in before} == set()
+    assert f"{HELD_BY}(s) " in tick and launched[winner] in tick, tick
+    for name in (winner, "dry"):
+        assert processes[name].returncode == 0, outputs[name][-4000:]
+        assert "Derby" not in outputs[name]
+        assert "SessionHiveMetaStoreClient" not in outputs[name]
+        assert "estimate: " in outputs[name]  # printed before launching (nothing measured)
+        assert launched[name] in outputs[name]  # the CLI named its backfill
+    backfills = {b.backfill_id: b for b in instance.get_backfills()}
+    runs = {
+        name: instance.get_runs(filters=dg.RunsFilter(tags={tags.DAGSTER_BACKFILL: bid}))
+        for name, bid in launched.items()
+    }
+    for name, bid in launched.items():
+        assert backfills[bid].status.value in ("COMPLETED", "COMPLETED_SUCCESS")
+        assert runs[name] and all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs[name])
+    # the loser built and published nothing: its backfill (if it got one) was cancelled
+    # before a run of it started, or its first step refused at once
+    lost = [b.backfill_id for b in backfills.values() if b.tags.get(tags.REASON) == loser]
+    for bid in lost:
+        assert backfills[bid].status.value in ("CANCELED", "COMPLETED_FAILED", "FAILED")
+        for run in instance.get_runs(filters=dg.RunsFilter(tags={tags.DAGSTER_BACKFILL: bid})):
+            assert run.status in (dg.DagsterRunStatus.CANCELED, dg.DagsterRunStatus.FAILURE)
+            assert PUBLISH not in (run.asset_selection or ())
+    # the publishing release built its layers, then ran its publish step
+    selected = [sorted(k.to_user_string() for k in r.asset_selection) for r in runs[winner]]
+    assert ["release/publish"] in selected
+    assert backfills[launched["dry"]].tags.get(tags.MODE) == "dry_run"
+    # built and checked, nothing published
+    assert all(PUBLISH not in r.asset_selection for r in runs["dry"])
+    # the queue ran one run at a time: no two runs of the instance overlapped
+    spans = sorted(
+        (instance.get_run_stats(r.run_id).start_time, instance.get_run_stats(r.run_id).end_time)
+        for rs in runs.values()
+        for r in rs
+    )
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans))
     # the daemons (and code servers) the commands started are gone with them
     assert processes_with(f"DAGSTER_HOME={tmp_path / 'home'}") == {}
 

@@ -242,7 +242,7 @@ def test_hours_in_flight_or_requested_for_the_same_damage_are_not_requested_agai
     found = find(inv, pub)
     first = F.plan(found, NAMES, WINDOW, max_hours=48, plan_ranges=plan_ranges)
     assert first.requested_hours == 7
-    in_flight = {"raw": {"2026-11-20T09": "run-a"}}
+    in_flight = {"raw": {"2026-11-20T09": "release a in flight"}}
     second = F.plan(
         found,
         NAMES,
@@ -253,8 +253,11 @@ def test_hours_in_flight_or_requested_for_the_same_damage_are_not_requested_agai
         plan_ranges=plan_ranges,
     )
     assert second.requests == []
-    assert second.skipped["raw"]["2026-11-20T09"] == "being backfilled by run run-a"
-    assert second.status("sessions", "2026-11-20T08").startswith("not requested: already")
+    held = "held by release a in flight (it rebuilds this hour or its sessions)"
+    assert second.skipped["raw"]["2026-11-20T09"] == held
+    # the sessions that hour touches are not requested either: a release rooted at the
+    # damage would rebuild the held hour
+    assert second.status("sessions", "2026-11-20T08") == f"not requested: {held}"
     # the damage changes (another manifest lands): requested again
     inv["2026-11-20T09"].folders.append(folder("2026-11-20T09", 4, {"p": 2}))
     third = F.plan(

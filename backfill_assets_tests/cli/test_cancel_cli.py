@@ -1,0 +1,149 @@
+"""`backfill-assets cancel --backfill ID` stops a release whose first run is in progress.
+
+A real Dagster backfill (the CLI's, with its daemon) is cancelled once its first run has
+started: its runs end cancelled, nothing of it is published and the ledger holds no
+publication of it, only the cancellation (who, why); the report says so; and the
+reconciliation sensor does not relaunch the same hours for the same damage.
+"""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import dagster as dg
+import pyarrow.dataset as ds
+import pytest
+
+from backfill_assets import tags
+from backfill_assets.definitions import build_definitions
+from backfill_assets.generator import generate_backups
+from backfill_assets.instance import get_instance
+from backfill_assets.publishing.tables import table_key
+from backfill_assets.resources.backup_store import LocalBackupStore
+from backfill_assets.sensors.reconciliation import SENSOR_NAME
+from backfill_assets.settings import Settings
+
+pytestmark = pytest.mark.slow
+
+BIN = Path(sys.executable).parent / "backfill-assets"
+DEADLINE_SECONDS = 600
+
+
+def audit_rows(data_root: Path, name: str) -> list[dict]:
+    """The rows of audit table ``name`` as its Parquet files hold them ([] if none)."""
+    location = data_root / "warehouse" / "audit" / name
+    if not location.exists():
+        return []
+    return ds.dataset(str(location), format="parquet").to_table().to_pylist()
+
+
+def first_run_started(instance: dg.DagsterInstance, reason: str) -> str:
+    """The backfill launched with ``reason`` once one of its runs has STARTED (deadline)."""
+    deadline = time.monotonic() + DEADLINE_SECONDS
+    while time.monotonic() < deadline:
+        for backfill in instance.get_backfills():
+            if backfill.tags.get(tags.REASON) != reason:
+                continue
+            runs = instance.get_runs(
+                filters=dg.RunsFilter(tags={tags.DAGSTER_BACKFILL: backfill.backfill_id})
+            )
+            if any(r.status == dg.DagsterRunStatus.STARTED for r in runs):
+                return backfill.backfill_id
+        time.sleep(0.2)
+    raise AssertionError("the release's first run never started")
+
+
+def tick(settings: Settings, instance: dg.DagsterInstance, cursor: str | None):
+    defs = build_definitions(settings)
+    context = dg.build_sensor_context(
+        instance=instance,
+        definitions=defs,
+        cursor=cursor,
+        resources={"backups": LocalBackupStore(root=settings.backup_root)},
+    )
+    return defs.resolve_sensor_def(SENSOR_NAME)(context)
+
+
+def test_a_release_cancelled_during_its_first_run_publishes_nothing_and_is_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    generate_backups(
+        tmp_path / "backups",
+        start="2026-11-20T00",
+        hours=4,
+        clients=2,
+        users_per_client=10,
+        seed=3,
+        workers=1,
+    )
+    env = {
+        **os.environ,
+        "BACKUP_ROOT": str(tmp_path / "backups"),
+        "DATA_ROOT": str(tmp_path / "data"),
+        "DAGSTER_HOME": str(tmp_path / "home"),
+        "BACKFILL_RECONCILE_SENSOR": "off",
+        "DAGSTER_DISABLE_TELEMETRY": "1",
+    }
+    for key in ("BACKUP_ROOT", "DATA_ROOT", "DAGSTER_HOME"):
+        monkeypatch.setenv(key, env[key])
+    settings = Settings.from_env()
+    command = ["backfill", "--from", "2026-11-20T00", "--to", "2026-11-20T01"]
+    command += ["--layers", "raw", "--no-downstream", "--reason", "to cancel"]
+    release = subprocess.Popen(
+        [str(BIN), *command],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        instance = get_instance(settings)
+        backfill_id = first_run_started(instance, "to cancel")
+        cancel = subprocess.run(
+            [str(BIN), "cancel", "--backfill", backfill_id, "--by", "alice", "--reason", "oops"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=DEADLINE_SECONDS,
+        )
+        output = release.communicate(timeout=DEADLINE_SECONDS)[0]
+    finally:
+        if release.poll() is None:
+            os.killpg(release.pid, 9)
+            release.wait()
+    assert cancel.returncode == 0, cancel.stdout[-3000:] + cancel.stderr[-3000:]
+    assert f"release {backfill_id} cancelled by alice" in cancel.stdout
+    assert release.returncode == 1 and f"backfill {backfill_id}: canceled" in output, output
+    # its runs were stopped (the first one while in progress), its publish never ran
+    assert instance.get_backfill(backfill_id).status.value == "CANCELED"
+    runs = instance.get_runs(filters=dg.RunsFilter(tags={tags.DAGSTER_BACKFILL: backfill_id}))
+    assert runs and all(r.status == dg.DagsterRunStatus.CANCELED for r in runs)
+    # published data and the ledger as before it started (nothing), plus the cancellation
+    for table in ("raw.payloads", "raw.quarantine"):
+        page = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=table_key(table)), limit=1
+        )
+        assert page.records == []
+    assert audit_rows(tmp_path / "data", "publications") == []
+    [row] = audit_rows(tmp_path / "data", "cancellations")
+    assert (row["release_id"], row["cancelled_by"], row["reason"]) == (backfill_id, "alice", "oops")
+    assert row["hours"] == "2026-11-20T00..2026-11-20T01"
+    report = subprocess.run(
+        [str(BIN), "report", "--backfill", backfill_id, "--no-diff", "--out", str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE_SECONDS,
+    )
+    assert report.returncode == 0, report.stderr[-3000:]
+    assert "cancelled by alice at " in report.stdout and "(oops)" in report.stdout
+    # the sensor does not relaunch the cancelled hours for the same damage, tick after tick
+    before = len(instance.get_backfills())
+    first = tick(settings, instance, None)
+    second = tick(settings, instance, first.cursor)
+    assert len(instance.get_backfills()) == before
+    for result in (first, second):
+        assert "releases requested" not in result.skip_reason.skip_message
