@@ -2,18 +2,25 @@
 
 The same three layers as the product, written for speed and nothing else (no checks, no
 lineage, no publish, no quarantine rows, no metastore): read and parse the part files,
-typed raw rows, distinct normalized payloads per received hour, and the sessions of each
-hour from its own received-hour window (every payload copied into each window that holds
-it, the definition taken literally; the product's aggregated layer builds the same sessions
-from one sessionization and copies only the few it must, so that layer takes about half
-this job's time). It lives in the bench code on purpose: the product never imports it, so it
-stays an independent yardstick.
+typed raw rows, distinct normalized payloads per received hour, and sessions: each payload
+sessionized once, per client and user, each session kept in the hour it starts. It lives in
+the bench code on purpose: the product never imports it, so it stays an independent
+yardstick.
+
+``python -m backfill_assets.cli.bench_plain BACKUPS OUT FIRST LAST`` runs it in a process of
+its own (a new Python and Spark JVM, the code location's Spark configuration, ``DATA_ROOT``
+under ``OUT``) over the received hours ``FIRST..LAST`` and the session hours of that range,
+and prints its times as one JSON object: ``bench --compare`` times that process from its
+start to its exit, as it times ``backfill-assets backfill``.
 """
 
 from __future__ import annotations
 
+import json
+import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -95,13 +102,33 @@ def _normalized_url(url: F.Column) -> F.Column:
     return F.lower(F.regexp_replace(no_utm, r"[?&]+$", ""))
 
 
+def plain_sessions(payloads: DataFrame, session_hours: list[str]) -> DataFrame:
+    """The sessions of ``session_hours``: each payload sessionized once, per client and user
+    over every hour read (what an expert writes; the product's received-hour windows cut a
+    session only where a window edge falls inside it), each kept in the hour it starts."""
+    by_user = Window.partitionBy("client_id", "user_id").orderBy("event_time", "payload_id")
+    gap = F.unix_timestamp("event_time") - F.unix_timestamp(F.lag("event_time").over(by_user))
+    return (
+        payloads.select("client_id", "user_id", "payload_id", "event_time", "event_type")
+        .withColumn("new", F.when(gap.isNull() | (gap > _GAP_SECONDS), 1).otherwise(0))
+        .withColumn("session", F.sum("new").over(by_user))
+        .groupBy("client_id", "user_id", "session")
+        .agg(
+            F.min("event_time").alias("session_start_at"),
+            F.max("event_time").alias("session_end_at"),
+            F.count(F.lit(1)).alias("payload_count"),
+            F.sum(F.when(F.col("event_type") == "pageview", 1).otherwise(0)).alias("pageviews"),
+        )
+        .withColumn("session_hour", F.date_format("session_start_at", "yyyy-MM-dd'T'HH"))
+        .where(F.col("session_hour").isin(*session_hours))
+    )
+
+
 def run_plain(
     spark: SparkSession,
     backup_root: str,
     out_dir: str,
     session_hours: list[str],
-    lookback: int = 3,
-    lookahead: int = 3,
     hours: list[str] | None = None,
 ) -> PlainTimes:
     """Run the three layers over the whole tree (or the received ``hours``), each written
@@ -128,42 +155,38 @@ def run_plain(
 
     started = time.monotonic()
     payloads = spark.read.parquet(f"{out_dir}/transformed")
-    received_hour = F.to_timestamp(F.col("hour"), "yyyy-MM-dd'T'HH")
-    # each payload joins the windows of the session hours H with H-lookback <= r <= H+lookahead
-    windows = payloads.select(
-        "client_id",
-        "user_id",
-        "payload_id",
-        "event_time",
-        "event_type",
-        F.explode(F.sequence(F.lit(-lookahead), F.lit(lookback))).alias("shift"),
-        received_hour.alias("received"),
-    ).select(
-        "*",
-        F.date_format(
-            F.col("received") + F.make_interval(hours=F.col("shift")), "yyyy-MM-dd'T'HH"
-        ).alias("session_hour"),
-    )
-    windows = windows.where(F.col("session_hour").isin(*session_hours)).dropDuplicates(
-        ["session_hour", "payload_id"]
-    )
-    by_user = Window.partitionBy("session_hour", "client_id", "user_id").orderBy(
-        "event_time", "payload_id"
-    )
-    gap = F.unix_timestamp("event_time") - F.unix_timestamp(F.lag("event_time").over(by_user))
-    sessions = (
-        windows.withColumn("new", F.when(gap.isNull() | (gap > _GAP_SECONDS), 1).otherwise(0))
-        .withColumn("session", F.sum("new").over(by_user))
-        .groupBy("session_hour", "client_id", "user_id", "session")
-        .agg(
-            F.min("event_time").alias("session_start_at"),
-            F.max("event_time").alias("session_end_at"),
-            F.count(F.lit(1)).alias("payload_count"),
-            F.sum(F.when(F.col("event_type") == "pageview", 1).otherwise(0)).alias("pageviews"),
-        )
-        .where(F.date_format("session_start_at", "yyyy-MM-dd'T'HH") == F.col("session_hour"))
-    )
+    sessions = plain_sessions(payloads, session_hours)
     sessions.write.mode("overwrite").partitionBy("session_hour").parquet(f"{out_dir}/sessions")
     aggregated_seconds = time.monotonic() - started
     rows = spark.read.parquet(f"{out_dir}/raw").count()
     return PlainTimes(raw_seconds, transformed_seconds, aggregated_seconds, rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 4:
+        print(
+            "usage: python -m backfill_assets.cli.bench_plain BACKUPS OUT FIRST LAST",
+            file=sys.stderr,
+        )
+        return 2
+    from backfill_assets.partitions import hours_between
+    from backfill_assets.resources.spark import spark_session
+    from backfill_assets.settings import Settings
+
+    backups, out, first, last = Path(args[0]).resolve(), Path(args[1]).resolve(), *args[2:]
+    hours = hours_between(first, last)
+    if not hours:
+        print(f"bench_plain: empty range {first}..{last}", file=sys.stderr)
+        return 2
+    settings = Settings.from_env(
+        {"BACKUP_ROOT": str(backups), "DATA_ROOT": str(out / "data"), "DAGSTER_HOME": str(out)}
+    )
+    spark = spark_session(settings)
+    times = run_plain(spark, str(backups), str(out / "tables"), hours, hours=hours)
+    print(json.dumps({**asdict(times), "total": times.total}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -165,7 +165,10 @@ class SparkResource(LazyPySparkResource):
             builder = SparkSession.builder
             for key, value in conf.items():
                 builder = builder.config(key, value)
+            began, cold = time.time(), SparkSession.getActiveSession() is None
             self._spark_session = builder.getOrCreate()
+            if cold:  # this process's Spark start: JVM, context, session
+                _STARTED.update(at=began, seconds=time.time() - began)
             self._usage_mark = (_last_stage(self._spark_session), time.monotonic())
 
 
@@ -248,6 +251,11 @@ def spark_usage(spark: SparkSession, after_stage: int, since: float) -> SparkUsa
 SPARK_TASK_SECONDS = "spark_task_seconds"
 SPARK_CORES = "spark_cores"
 SPARK_SESSION_SECONDS = "spark_session_seconds"
+# When this process started its Spark session (epoch seconds) and how long that took
+# (JVM, context, session): where a run's time before its first Spark job goes.
+SPARK_STARTED_AT = "spark_started_at"
+SPARK_START_SECONDS = "spark_start_seconds"
+_STARTED: dict[str, float] = {}  # this process's Spark start (at, seconds), once it started
 
 
 def usage_metadata(resource: object) -> dict[str, float | int]:
@@ -255,8 +263,17 @@ def usage_metadata(resource: object) -> dict[str, float | int]:
     usage = resource.usage() if isinstance(resource, SparkResource) else None
     if usage is None:
         return {}
+    started = (
+        {
+            SPARK_STARTED_AT: round(_STARTED["at"], 3),
+            SPARK_START_SECONDS: round(_STARTED["seconds"], 1),
+        }
+        if _STARTED
+        else {}
+    )
     return {
         SPARK_TASK_SECONDS: usage.task_seconds,
         SPARK_CORES: usage.cores,
         SPARK_SESSION_SECONDS: usage.wall_seconds,
+        **started,
     }

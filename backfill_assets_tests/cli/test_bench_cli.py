@@ -1,5 +1,5 @@
-"""The benchmark command: its shape checks, driver memory (in this process and in a
-driver of its own) and each layer's share of a run."""
+"""The benchmark command: its shape checks, the plain job it compares with, and the
+breakdown of a release's time read back from the instance."""
 
 import pytest
 
@@ -12,64 +12,11 @@ def test_bench_rejects_shapes_too_small_to_measure(args: list[str], capsys):
     assert "need --payloads >= 1000" in capsys.readouterr().err
 
 
-def test_rounds_repeat_the_comparison_only(capsys):
-    assert main(["bench", "--rounds", "2"]) == 2
-    assert "--rounds N (N >= 1) repeats the comparison" in capsys.readouterr().err
+def test_rounds_and_the_fixed_cost_are_checked(capsys):
     assert main(["bench", "--compare", "--rounds", "0"]) == 2
-
-
-def test_driver_memory_is_measured_on_both_sides_of_the_session(spark):
-    from backfill_assets.cli.bench import measure_driver_memory
-
-    def release():
-        # a driver-side allocation the old generation must hold: 64 MB collected rows
-        return len(spark.range(200_000).selectExpr("repeat('x', 300) AS s").collect())
-
-    result, memory = measure_driver_memory(spark, release)
-
-    assert result == 200_000  # the release's own result comes back
-    assert memory.python_peak_mb > 64  # this process held the collected rows
-    assert memory.jvm_old_peak_mb > 0  # the JVM heap pools were found and read
-    assert 0 < memory.jvm_retained_mb < memory.jvm_old_peak_mb + 4096
-
-
-def test_a_run_of_two_layers_is_split_at_the_end_of_the_first_layers_steps():
-    import dagster as dg
-
-    from backfill_assets.cli.bench import layer_seconds
-
-    @dg.op
-    def raw_shadow() -> int:
-        return 1
-
-    @dg.op
-    def raw_checks(value: int) -> int:
-        return value
-
-    @dg.op
-    def transformed_shadow(value: int) -> int:
-        return value
-
-    @dg.job
-    def release():
-        transformed_shadow(raw_checks(raw_shadow()))
-
-    with dg.DagsterInstance.ephemeral() as instance:
-        run_id = release.execute_in_process(instance=instance).run_id
-        split = layer_seconds(instance, run_id, ["raw", "transformed"])
-        records = instance.all_logs(run_id)
-
-    def at(kind: dg.DagsterEventType, step: str | None = None) -> float:
-        return next(
-            r.timestamp for r in records if r.dagster_event_type == kind and r.step_key == step
-        )
-
-    started, ended = at(dg.DagsterEventType.RUN_START), at(dg.DagsterEventType.RUN_SUCCESS)
-    assert [layer for layer, _ in split] == ["raw", "transformed"]
-    # raw ends with its last step (the checks), transformed takes the rest of the run
-    assert split[0][1] == at(dg.DagsterEventType.STEP_SUCCESS, "raw_checks") - started
-    assert abs(sum(seconds for _, seconds in split) - (ended - started)) < 1e-6
-    assert all(seconds > 0 for _, seconds in split)
+    assert "--rounds N: N >= 1" in capsys.readouterr().err
+    assert main(["bench", "--fixed-cost-only", "--fixed-cost-hours", "0"]) == 2
+    assert "--fixed-cost-only needs --fixed-cost-hours >= 1" in capsys.readouterr().err
 
 
 def test_the_plain_job_parses_each_line_once(spark, make_backups, capsys):
@@ -90,46 +37,8 @@ def test_the_plain_job_parses_each_line_once(spark, make_backups, capsys):
     assert raw.count() == lines > 0  # every line (all valid), once
 
 
-@pytest.mark.parametrize(
-    "args",
-    [
-        [],
-        ["b", "w", "2026-10-01T00"],
-        ["b", "w", "2026-10-01T00", "x"],
-        ["b", "w", "2026-10-01T00", "8", "512m --conf x"],
-    ],
-)
-def test_the_probe_names_its_arguments_when_they_are_wrong(args: list[str], capsys):
-    from backfill_assets.cli.bench_probe import main as probe
-
-    assert probe(args) == 2
-    assert "usage: python -m backfill_assets.cli.bench_probe" in capsys.readouterr().err
-
-
-def test_a_range_is_measured_in_a_driver_of_its_own(tmp_path):
-    """The bench's driver-memory probe: a new Python process and Spark JVM, its heap capped
-    as asked, run a release of every layer over the range and report what it needed."""
-    from backfill_assets.cli.bench import TINY_START, probe_memory
-    from backfill_assets.generator import generate_backups
-
-    backups = tmp_path / "tiny"
-    generate_backups(
-        backups, start=TINY_START, hours=8, clients=1, users_per_client=2, seed=2, workers=1
-    )
-
-    probe = probe_memory(backups, tmp_path / "probe", 8, driver_memory="512m")
-
-    assert probe["success"] and probe["hours"] == 8
-    assert probe["driver_memory"] == "512m"  # the JVM was started for the probe, capped
-    assert 0 < probe["jvm_retained_mb"] <= probe["jvm_old_peak_mb"] + 512 <= 1024
-    assert probe["python_peak_mb"] > 0
-    assert probe["jvm_rss_peak_mb"] is None or probe["jvm_rss_peak_mb"] > probe["jvm_retained_mb"]
-    assert (tmp_path / "probe" / "data").is_dir()  # its own DATA_ROOT, not the suite's
-
-
-def test_the_plain_job_of_a_round_reads_the_hours_of_its_round_only(spark, make_backups):
-    """``bench --rounds``: each round's plain job reads its own hours of the tree, as the
-    project's release of that round does."""
+def test_the_plain_job_reads_the_hours_it_is_given_only(spark, make_backups):
+    """The plain job reads the hours of the release it is compared with, not the tree."""
     import json
 
     from backfill_assets.cli.bench_plain import _raw
@@ -147,3 +56,85 @@ def test_the_plain_job_of_a_round_reads_the_hours_of_its_round_only(spark, make_
     }
     assert counted == {h: records(h) for h in hours} and all(counted.values())
     assert _raw(spark, str(root)).count() == sum(records(f"2026-11-20T0{h}") for h in range(3))
+
+
+def test_the_plain_job_sessionizes_each_payload_once(spark):
+    """The yardstick sessionizes each payload once per client and user, not once per
+    received-hour window: a visit of ten hours (a payload every 20 minutes) is one session
+    of 30 payloads in the hour it starts, which no seven-hour window holds whole."""
+    from datetime import datetime, timedelta
+
+    from backfill_assets.cli.bench_plain import plain_sessions
+
+    start = datetime(2026, 11, 20, 0, 5)
+    rows = [(1, "long", f"p{i}", start + timedelta(minutes=20 * i), "pageview") for i in range(30)]
+    rows += [(1, "two", "a", start, "click"), (1, "two", "b", start + timedelta(hours=2), "click")]
+    payloads = spark.createDataFrame(
+        rows,
+        "client_id long, user_id string, payload_id string, event_time timestamp, "
+        "event_type string",
+    )
+    hours = [f"2026-11-20T{h:02d}" for h in range(12)]
+
+    found = {
+        (r["user_id"], r["session_hour"]): (r["payload_count"], r["pageviews"])
+        for r in plain_sessions(payloads, hours).collect()
+    }
+
+    assert found == {
+        ("long", "2026-11-20T00"): (30, 30),
+        ("two", "2026-11-20T00"): (1, 0),
+        ("two", "2026-11-20T02"): (1, 0),
+    }
+
+
+def test_a_release_breakdown_adds_up_to_its_wall_time():
+    """Each part of the breakdown comes from the runs' records, and the parts add up to the
+    command's wall time: the Spark start (run metadata) is taken out of the step it
+    happened in, the rest of each run's steps is its layer's."""
+    import dagster as dg
+
+    from backfill_assets.cli.bench_release import ReleaseTimes, breakdown, read_run
+    from backfill_assets.resources.spark import (
+        SPARK_START_SECONDS,
+        SPARK_STARTED_AT,
+        SPARK_TASK_SECONDS,
+    )
+
+    @dg.asset(name="raw_shadow")
+    def raw(context: dg.AssetExecutionContext) -> None:
+        import time
+
+        began = time.time()
+        time.sleep(0.2)  # the "Spark start" the metadata reports (work to measure, not a wait)
+        context.add_output_metadata(
+            {SPARK_STARTED_AT: began, SPARK_START_SECONDS: 0.2, SPARK_TASK_SECONDS: 1.5}
+        )
+
+    @dg.asset(key=["release", "publish"], deps=[raw])
+    def publish() -> None:
+        pass
+
+    with dg.DagsterInstance.ephemeral() as instance:
+        ids = [
+            dg.materialize([asset], instance=instance, selection=[asset]).run_id
+            for asset in (raw, publish)
+        ]
+        records = {r.dagster_run.run_id: r for r in instance.get_run_records()}
+        runs = [read_run(instance, records[i]) for i in ids]
+        events = [len(instance.all_logs(i)) for i in ids]
+
+    release = ReleaseTimes(
+        "b", "COMPLETED_SUCCESS", runs[0].created - 5, runs[0].created - 2, runs[1].ended + 3, runs
+    )
+    parts = dict(breakdown(release))
+
+    assert abs(sum(parts.values()) - release.wall) < 1e-6
+    assert parts["before the submission (command, estimate, GraphQL)"] == 3
+    assert abs(parts["after the last run (backfill marked done, daemon stop)"] - 3) < 1e-6
+    assert parts["Spark starts (JVM, context, session)"] == 0.2
+    raw_step = runs[0].steps["raw_shadow"]
+    assert parts["raw steps (Spark jobs, events, metastore)"] == raw_step[1] - raw_step[0] - 0.2
+    assert parts["publish steps (Spark jobs, events, metastore)"] > 0
+    assert runs[0].spark_task_seconds == 1.5 and runs[1].spark_start is None
+    assert [r.events for r in runs] == events
