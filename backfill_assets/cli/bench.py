@@ -5,9 +5,9 @@ The benchmark generates a backup tree (``--payloads`` approximately, ``--hours``
 over every hour of it (all layers, one publish), a process of its own from its start to its
 exit, through Dagster's real asset backfill, daemon, run queue and run processes, in a
 scratch ``DATA_ROOT`` and ``DAGSTER_HOME`` (never the configured ones; the first round
-creates the warehouse, the later ones repair it). The
-partitions are pinned to the tree's hours (``BACKFILL_PARTITIONS_START``/``_END``), as in
-the demo. With ``--compare`` it alternates those releases with a plain PySpark job of the
+creates the warehouse, the later ones repair it). The partitions start at the tree's first
+hour and run up to now, as in a deployment. With ``--compare`` it alternates those
+releases with a plain PySpark job of the
 same three layers, in a process of its own too (``bench_plain``), on the same tree:
 ``--rounds N`` rounds, the plain job first in odd rounds and the release first in even ones,
 and prints each round's ratio, the medians, and where the release's time went
@@ -51,18 +51,18 @@ class Timed:
         return self.exited - self.began
 
 
-def bench_env(backups: Path, data: Path, home: Path, first: str, hours: int) -> dict[str, str]:
-    """The environment of a timed command: scratch locations, the partitions pinned to the
-    tree's hours, the reconciliation sensor off (nothing but the release runs)."""
-    from backfill_assets.partitions import shift_hour
-
+def bench_env(backups: Path, data: Path, home: Path, first: str) -> dict[str, str]:
+    """The environment of a timed command: scratch locations, the partitions from the
+    tree's first hour up to now (as an operator's deployment: the session hours past the
+    tree are built and published provisional), the reconciliation sensor off (nothing but
+    the release runs)."""
+    env = {k: v for k, v in os.environ.items() if k != "BACKFILL_PARTITIONS_END"}
     return {
-        **os.environ,
+        **env,
         "BACKUP_ROOT": str(backups),
         "DATA_ROOT": str(data),
         "DAGSTER_HOME": str(home),
         "BACKFILL_PARTITIONS_START": first,
-        "BACKFILL_PARTITIONS_END": shift_hour(first, hours),
         "BACKFILL_RECONCILE_SENSOR": "off",
         "DAGSTER_DISABLE_TELEMETRY": "1",
     }
@@ -122,7 +122,7 @@ def run_release(root: Path, backups: Path, home: Path, name: str, first: str, ho
     from backfill_assets.cli.bench_release import read_release
     from backfill_assets.partitions import shift_hour
 
-    env = bench_env(backups, home.with_name(f"{home.name}_data"), home, first, hours)
+    env = bench_env(backups, home.with_name(f"{home.name}_data"), home, first)
     done = timed(release_command(first, shift_hour(first, hours - 1)), env, root / f"{name}.log")
     with dg.DagsterInstance.from_config(str(home)) as instance:
         release = read_release(instance, done.began, done.exited)
@@ -135,7 +135,7 @@ def run_plain_process(root: Path, backups: Path, name: str, first: str, hours: i
     from backfill_assets.partitions import shift_hour
 
     last = shift_hour(first, hours - 1)
-    env = bench_env(backups, root / f"plain-{name}" / "data", root / f"plain-{name}", first, hours)
+    env = bench_env(backups, root / f"plain-{name}" / "data", root / f"plain-{name}", first)
     done = timed(
         plain_command(backups, root / f"plain-{name}", first, last), env, root / f"plain-{name}.log"
     )
