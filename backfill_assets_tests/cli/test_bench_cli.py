@@ -157,3 +157,18 @@ def test_a_run_queued_while_the_previous_one_ran_waits_in_the_queue_only():
     assert parts["run process start (Python, Dagster, code location)"] == 8 + 7
     assert parts["in runs outside steps (resources, run events)"] == 80 + 20  # no steps here
     assert sum(parts.values()) == release.wall == 170
+
+
+def test_the_local_instance_launches_a_queued_run_within_a_second(tmp_path):
+    """The run queue's daemon looks at the queue every second (Dagster's default: 5 s), so
+    no run of a release waits seconds in the queue for nothing."""
+    import shutil
+
+    import dagster as dg
+
+    from backfill_assets.settings import PROJECT_ROOT
+
+    shutil.copyfile(PROJECT_ROOT / "deploy" / "dagster.yaml", tmp_path / "dagster.yaml")
+    with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
+        assert instance.run_coordinator.dequeue_interval_seconds == 1
+        assert instance.get_concurrency_config().run_queue_config.max_concurrent_runs == 1
