@@ -7,7 +7,8 @@ API only: backfills, run records, each run's event log), into parts that add up 
 - before the submission: the command's start, the estimate, the GraphQL submission;
 - backfill daemon: from the submission (or the previous run's end) to the next run's
   creation (the daemon's iterations, 30 s apart, and its start for the first run);
-- run queue: from a run's creation to its launch (the queue daemon's interval);
+- run queue: from a run's creation (or, for a run the daemon queued while the previous one
+  ran, that run's end) to its launch (the queue daemon's interval);
 - run process start: from the launch to the run's start (Python, Dagster, code location);
 - Spark starts: the JVM, context and session each run process starts (run metadata);
 - each layer's steps and the publish step (their Spark jobs, Dagster's events, metastore
@@ -163,9 +164,12 @@ def breakdown(release: ReleaseTimes) -> list[tuple[str, float]]:
         ("before the submission (command, estimate, GraphQL)", release.submitted - release.began),
         (
             "backfill daemon: submission / previous run's end -> run created",
-            sum(r.created - p for r, p in zip(runs, previous, strict=True)),
+            sum(max(r.created - p, 0.0) for r, p in zip(runs, previous, strict=True)),
         ),
-        ("run queue: created -> launched", sum(r.launched - r.created for r in runs)),
+        (
+            "run queue: created (or previous run's end) -> launched",
+            sum(r.launched - max(r.created, p) for r, p in zip(runs, previous, strict=True)),
+        ),
         (
             "run process start (Python, Dagster, code location)",
             sum(r.started - r.launched for r in runs),

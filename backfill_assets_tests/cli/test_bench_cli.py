@@ -138,3 +138,37 @@ def test_a_release_breakdown_adds_up_to_its_wall_time():
     assert parts["publish steps (Spark jobs, events, metastore)"] > 0
     assert runs[0].spark_task_seconds == 1.5 and runs[1].spark_start is None
     assert [r.events for r in runs] == events
+
+
+def test_a_run_queued_while_the_previous_one_ran_waits_in_the_queue_only():
+    """The backfill daemon may queue the next run before the previous one ends (the run
+    queue holds one run at a time): its wait is the queue's, from that end, not a negative
+    daemon wait."""
+    from backfill_assets.cli.bench_release import ReleaseTimes, RunTimes, breakdown
+
+    first = RunTimes("a", "SUCCESS", created=110, launched=112, started=120, ended=200)
+    second = RunTimes("b", "SUCCESS", created=150, launched=203, started=210, ended=230)
+    release = ReleaseTimes("x", "COMPLETED_SUCCESS", 90, 100, 260, [first, second])
+
+    parts = dict(breakdown(release))
+
+    assert parts["backfill daemon: submission / previous run's end -> run created"] == 10
+    assert parts["run queue: created (or previous run's end) -> launched"] == 2 + 3
+    assert parts["run process start (Python, Dagster, code location)"] == 8 + 7
+    assert parts["in runs outside steps (resources, run events)"] == 80 + 20  # no steps here
+    assert sum(parts.values()) == release.wall == 170
+
+
+def test_the_local_instance_launches_a_queued_run_within_a_second(tmp_path):
+    """The run queue's daemon looks at the queue every second (Dagster's default: 5 s), so
+    no run of a release waits seconds in the queue for nothing."""
+    import shutil
+
+    import dagster as dg
+
+    from backfill_assets.settings import PROJECT_ROOT
+
+    shutil.copyfile(PROJECT_ROOT / "deploy" / "dagster.yaml", tmp_path / "dagster.yaml")
+    with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
+        assert instance.run_coordinator.dequeue_interval_seconds == 1
+        assert instance.get_concurrency_config().run_queue_config.max_concurrent_runs == 1
