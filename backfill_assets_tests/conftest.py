@@ -308,6 +308,14 @@ def run_release(spark, warehouse, instance: dg.DagsterInstance, settings_for):
     return run
 
 
+def end_backfill(instance: dg.DagsterInstance, backfill_id: str, status: str) -> None:
+    """Mark a backfill that no daemon runs here as ended (``COMPLETED_SUCCESS``,
+    ``CANCELED``), as Dagster's daemon would: a backfill left requested holds its hours
+    for every later release of the instance (one release per hour at a time)."""
+    backfill = instance.get_backfill(backfill_id)
+    instance.update_backfill(backfill.with_status(getattr(type(backfill.status), status)))
+
+
 def write_backup_folder(
     root: Path,
     hour: str,

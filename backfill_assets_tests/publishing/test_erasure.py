@@ -23,7 +23,7 @@ from backfill_assets.publishing.erase import ERASE_JOB, ERASE_OP
 from backfill_assets.resources.backup_store import LocalBackupStore
 from backfill_assets.sensors import state
 from backfill_assets.sensors.findings import COUNT_MISMATCH, ReconcileConfig
-from backfill_assets_tests.conftest import execute_release, write_backup_folder, zst
+from backfill_assets_tests.conftest import end_backfill, execute_release, write_backup_folder, zst
 
 FIRST, LAST = "2026-11-20T00", "2026-11-20T02"
 CUT = "2026-11-20T01"
@@ -128,6 +128,7 @@ def test_an_erased_user_is_rebuilt_out_of_every_layer_and_purged_from_every_vers
         extra_tags={tags.ERASURE: erased.run_id},
     )
     assert release.success, release.failures  # the erasure approved its own change gates
+    end_backfill(instance, release_id, "COMPLETED_SUCCESS")  # its runs are done
     approvals = audit.read(spark, audit.APPROVALS).where(F.col("release_id") == release_id)
     assert {r.reason for r in approvals.collect()} <= {
         f"erasure {erased.run_id}: removal of an erased user's data"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from conftest import ReleaseResult, empty_warehouse, execute_release
+from conftest import ReleaseResult, empty_warehouse, end_backfill, execute_release
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -273,7 +273,8 @@ def test_late_files_are_requested_once_with_the_session_hours_around_them(
         third = evaluate(scenario, landed)
     finally:
         scenario.instance.delete_run(queued.run_id)
-    assert ranges(third) == wanted[1:]
+    # one release per hour at a time: the hours it holds are not requested in any layer
+    assert ranges(third) == []
 
 
 def test_a_bumped_code_version_reports_published_partitions_stale(
@@ -362,6 +363,7 @@ def test_the_sensor_submits_the_release_as_one_backfill_launched_by_it(
     # the observations the daemon records for the tick name the request
     (observation,) = [e for e in result.asset_events if e.partition]
     assert observation.metadata["request_id"].value == backfill.tags[tags.REQUEST_ID]
+    end_backfill(scenario.instance, backfill.backfill_id, "CANCELED")  # no daemon runs it
 
 
 def test_dry_run_diff_report_then_backfill_leaves_nothing_to_reconcile(
