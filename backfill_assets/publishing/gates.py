@@ -18,18 +18,33 @@ is good news, more is what the checks are for).
 Limits: a decrease of more than ``BACKFILL_GATE_MAX_DECREASE`` (default 0.2: 20%), and an
 increase of more than ``BACKFILL_GATE_MAX_INCREASE`` when set (default off: growth is what
 repairs do, a client's late folder can double an hour; set it to catch, say, duplicated
-deliveries). Per-client metrics are not gated on their own: their checks reconcile them
-with the sessions, which are.
+deliveries).
+
+Clients, not only totals: the raw gate also compares each client's rows in the hour (one
+Spark job counting ``client_id`` of the two versions, partition-pruned, one column read),
+so a client that vanishes behind a larger total (a wrong ``BACKUP_ROOT``: another source's
+tree of the same hours) holds the hour, naming the client::
+
+    raw 2026-11-20T00: client 2 rows 40 -> 0, every row of the client removed
+
+A client that appears in a published hour is held back only when it has no published
+rows within ``NEIGHBOURHOOD_HOURS`` of the hour (a client nobody has seen: another
+source); a known client's late folder landing (the usual repair) publishes as before.
+An hour's first publish is not gated (nothing to compare with). Other per-client metrics
+are not gated on their own: their checks reconcile them with the sessions, which are.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
+
+from backfill_assets.partitions import HOUR_FORMAT
 
 ENV_MAX_DECREASE = "BACKFILL_GATE_MAX_DECREASE"
 ENV_MAX_INCREASE = "BACKFILL_GATE_MAX_INCREASE"
@@ -38,6 +53,12 @@ DEFAULT_MAX_INCREASE = None  # growth is what repairs do (late or lost files res
 PREFIX = "change gate: "  # how a gate's finding starts among an hour's held-back reasons
 
 Key = tuple[str, str]  # (hour, version)
+
+# The shadow tables whose gate also counts each client's rows, and the published table a
+# client must have rows in (near the hour) for its appearance in an hour to be a repair.
+CLIENT_GATED = {"shadow.raw_payloads": "raw.payloads"}
+CLIENT = "client "  # how a per-client measure is named: "client 2 rows"
+NEIGHBOURHOOD_HOURS = 24  # a client known within this many hours of an hour may appear
 
 
 # The measure that is a shadow partition's row count: recorded by the build that wrote it
@@ -110,7 +131,7 @@ def measure(
     read), none for a table whose only measure is its row count."""
     counted = COUNTED.get(table)
     measures = _measures(table)
-    if not row_counts or not (counted or measures):
+    if not row_counts or not (counted or measures or table in CLIENT_GATED):
         return {}
     found: dict[Key, dict] = {}
     if measures:
@@ -124,13 +145,82 @@ def measure(
             .collect()
         )
         found = {(r["hour"], r["version"]): r.asDict() for r in rows}
+    clients = _client_rows(spark, table, row_counts) if table in CLIENT_GATED else {}
     return {
         key: {
             **({counted: float(row_counts.get(key) or 0)} if counted else {}),
             **{name: float(found.get(key, {}).get(name) or 0) for name in measures},
+            **clients.get(key, {}),
         }
         for key in row_counts
     }
+
+
+def _client_rows(
+    spark: SparkSession, table: str, row_counts: Mapping[Key, int]
+) -> dict[Key, dict[str, float]]:
+    """(hour, version) -> "client N rows" -> rows, clients in id order (one Spark job for
+    every version of the table: partition pruning on hour and version, ``client_id`` read)."""
+    hours = sorted({h for h, _ in row_counts})
+    versions = sorted({v for _, v in row_counts})
+    rows = (
+        spark.table(table)
+        .where(F.col("hour").isin(hours) & F.col("version").isin(versions))
+        .groupBy("hour", "version", "client_id")
+        .count()
+        .orderBy("client_id")
+        .collect()
+    )
+    found: dict[Key, dict[str, float]] = {}
+    for r in rows:
+        if (r["hour"], r["version"]) in row_counts:
+            found.setdefault((r["hour"], r["version"]), {})[f"{CLIENT}{r['client_id']} rows"] = (
+                float(r["count"])
+            )
+    return found
+
+
+def appearing(old: Mapping[str, float], new: Mapping[str, float]) -> list[str]:
+    """The client ids with rows in ``new`` and none in ``old`` (a published hour's version)."""
+    return [
+        name[len(CLIENT) : -len(" rows")]
+        for name, value in new.items()
+        if name.startswith(CLIENT) and value and not old.get(name)
+    ]
+
+
+def known_clients(
+    spark: SparkSession, published: str, hours: Sequence[str], clients: Sequence[str]
+) -> dict[str, set[str]]:
+    """hour -> which of ``clients`` have published rows in ``published`` within
+    ``NEIGHBOURHOOD_HOURS`` of it, the hour itself excluded (one Spark job for every hour:
+    partition pruning on the window, ``client_id`` read)."""
+    if not hours or not clients:
+        return {}
+    window = timedelta(hours=NEIGHBOURHOOD_HOURS)
+    first = _shift(min(hours), -window)
+    last = _shift(max(hours), window)
+    rows = (
+        spark.table(published)
+        .where(
+            F.col("hour").between(first, last)
+            & F.col("client_id").cast("string").isin(list(clients))
+        )
+        .select("hour", F.col("client_id").cast("string").alias("client_id"))
+        .distinct()
+        .collect()
+    )
+    found: dict[str, set[str]] = {hour: set() for hour in hours}
+    for hour in hours:
+        low, high = _shift(hour, -window), _shift(hour, window)
+        found[hour] = {
+            r["client_id"] for r in rows if r["hour"] != hour and low <= r["hour"] <= high
+        }
+    return found
+
+
+def _shift(hour: str, by: timedelta) -> str:
+    return (datetime.strptime(hour, HOUR_FORMAT) + by).strftime(HOUR_FORMAT)
 
 
 def findings(
@@ -139,14 +229,27 @@ def findings(
     hour: str,
     old: Mapping[str, float],
     new: Mapping[str, float],
+    known: Set[str] = frozenset(),
 ) -> list[str]:
-    """The gate's findings for one (layer, hour), in the form operators read."""
-    result = []
+    """The gate's findings for one (layer, hour), in the form operators read: clients
+    removed or unknown first (the first reason is the one a release's summary shows), then
+    the hour's measures, then clients' own changes. ``known``: the clients with published
+    rows near the hour (their appearance here is a repair)."""
+    clients, totals, moved = [], [], []
     for name, was in old.items():
-        breach = limits.breach(name, was, new.get(name, 0.0))
-        if breach:
-            result.append(f"{layer} {hour}: {breach}")
-    return result
+        now = new.get(name, 0.0)
+        if name.startswith(CLIENT) and was and not now:
+            clients.append(f"{name} {_number(was)} -> 0, every row of the client removed")
+        elif breach := limits.breach(name, was, now):
+            (moved if name.startswith(CLIENT) else totals).append(breach)
+    if any(name.startswith(CLIENT) for name in old):
+        for client in appearing(old, new):
+            if client not in known:
+                clients.append(
+                    f"{CLIENT}{client} rows 0 -> {_number(new[f'{CLIENT}{client} rows'])}, "
+                    f"a client with no published rows within {NEIGHBOURHOOD_HOURS} hours"
+                )
+    return [f"{layer} {hour}: {finding}" for finding in (*clients, *totals, *moved)]
 
 
 def _number(value: float) -> str:

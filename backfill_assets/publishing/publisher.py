@@ -329,6 +329,34 @@ def _gate_measures(
     return {table: gates.measure(spark, table, counts) for table, counts in row_counts.items()}
 
 
+def _known_clients(
+    spark: SparkSession,
+    candidates: Mapping[tuple[str, str], dict],
+    measured: Mapping[str, dict[gates.Key, dict[str, float]]],
+    current: Mapping[str, Mapping[str, str]],
+    written: Mapping[str, dict],
+    published_of: Mapping[str, str],
+) -> dict[str, dict[str, set[str]]]:
+    """Per client-gated shadow table, hour -> the clients appearing in the hour's candidate
+    that have published rows near it: one Spark job per table, and only when a client
+    appears in a published hour (a late folder landing, or another source's tree)."""
+    found: dict[str, dict[str, set[str]]] = {}
+    for shadow, published in gates.CLIENT_GATED.items():
+        numbers = measured.get(shadow, {})
+        appearing: dict[str, list[str]] = {}
+        for (table, hour), row in candidates.items():
+            was = current.get(published_of.get(table, ""), {}).get(hour)
+            old = written.get(was or "", {}).get("version")
+            if table == shadow and (hour, row["version"]) in numbers and old:
+                new = numbers[(hour, row["version"])]
+                clients = gates.appearing(numbers.get((hour, old), {}), new)
+                if clients:
+                    appearing[hour] = clients
+        clients = sorted({c for cs in appearing.values() for c in cs})
+        found[shadow] = gates.known_clients(spark, published, sorted(appearing), clients)
+    return found
+
+
 def _same_rows(a: Mapping, b: Mapping) -> bool:
     """Do two ``audit.shadow_partitions`` rows record the same rows (checksum and count)?"""
     return (a.get("checksum"), a.get("row_count")) == (b.get("checksum"), b.get("row_count"))
@@ -386,6 +414,7 @@ def plan_release(
     written = _written(spark, {loc for locs in current.values() for loc in locs.values() if loc})
     published_of = {shadow: published for layer in layers for shadow, published in layer.pairs}
     measured = _gate_measures(spark, candidates, current, published_of, written)
+    known = _known_clients(spark, candidates, measured, current, written, published_of)
     approved = approvals_of(spark, release_id)
     new_approvals: list[dict] = []
     reads = _reads(spark, release_id)
@@ -517,6 +546,7 @@ def plan_release(
                         hour,
                         numbers.get((hour, before.get("version")), {}),
                         numbers.get((hour, version), {}),
+                        known.get(shadow, {}).get(hour, set()),
                     )
                 outcome.tables[published] = {
                     "previous_location": was,

@@ -50,22 +50,27 @@ def test_limits_name_the_change_and_let_small_ones_through():
         gates.Limits.from_env({gates.ENV_MAX_DECREASE: "1.5"})
 
 
-def test_row_counts_are_the_recorded_ones_and_only_other_measures_scan(spark):
-    """A gate's row count is the one each version's build recorded: the raw gate, rows
-    only, runs no Spark job; the other tables' gates scan for the rest of their measures."""
-    counts = {(SMALL, "v1"): 8210, (SMALL, "v2"): 4012}
-    assert gates.measure(spark, "shadow.not_gated", counts) == {}
-    spark.sparkContext.setJobGroup("raw-gate", "the raw gate's measures")
-    try:
-        measured = gates.measure(spark, "shadow.raw_payloads", counts)
-        assert spark.sparkContext.statusTracker().getJobIdsForGroup("raw-gate") == []
-    finally:
-        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
-    assert measured == {(SMALL, "v1"): {"rows": 8210.0}, (SMALL, "v2"): {"rows": 4012.0}}
-    finding = gates.findings(
-        gates.Limits(), "raw", SMALL, measured[(SMALL, "v1")], measured[(SMALL, "v2")]
-    )
-    assert finding == [f"raw {SMALL}: rows 8,210 -> 4,012, -51%, over the 20% limit"]
+def test_findings_name_clients_removed_or_unknown_first(spark):
+    """A client whose rows would all go, or that nobody published near the hour, is named
+    first, whatever the hour's total does; a known client's appearance is a repair."""
+    assert gates.measure(spark, "shadow.not_gated", {(SMALL, "v1"): 1}) == {}
+    old = {"rows": 100.0, "client 1 rows": 60.0, "client 2 rows": 40.0}
+    new = {"rows": 130.0, "client 1 rows": 100.0, "client 3 rows": 30.0}
+    assert gates.appearing(old, new) == ["3"]
+    found = gates.findings(gates.Limits(), "raw", SMALL, old, new)
+    assert found == [
+        f"raw {SMALL}: client 2 rows 40 -> 0, every row of the client removed",
+        f"raw {SMALL}: client 3 rows 0 -> 30, a client with no published rows within 24 hours",
+    ]
+    assert gates.findings(gates.Limits(), "raw", SMALL, old, new, known={"3"}) == found[:1]
+    smaller = {"rows": 85.0, "client 1 rows": 30.0, "client 2 rows": 55.0}
+    assert gates.findings(gates.Limits(), "raw", SMALL, old, smaller) == [
+        f"raw {SMALL}: client 1 rows 60 -> 30, -50%, over the 20% limit"
+    ]
+    measured = {"rows": 8210.0}
+    assert gates.findings(gates.Limits(), "raw", SMALL, measured, {"rows": 4012.0}) == [
+        f"raw {SMALL}: rows 8,210 -> 4,012, -51%, over the 20% limit"
+    ]
 
 
 def test_an_approval_needs_a_reason_and_valid_hours():
@@ -154,7 +159,7 @@ def test_a_gate_holds_a_large_change_until_approved_and_lets_a_small_one_through
     assert published.run_id == again.run_of("release/publish").run_id
     reasons = published.asset_materialization.metadata["held_back"].value[f"raw {LARGE}"]
     assert reasons[0].startswith(expected), reasons
-    assert reasons[1] == (
+    assert reasons[-1] == (
         f"change gate: the approval on record (by mallory) was for another change: {other_change}"
     )
     assert partition_locations(spark, "raw.payloads")[LARGE] == before[LARGE]
@@ -189,3 +194,48 @@ def test_a_gate_holds_a_large_change_until_approved_and_lets_a_small_one_through
     published = instance.get_latest_materialization_event(dg.AssetKey(["release", "publish"]))
     assert published.run_id == approved.runs[0].run_id
     assert published.asset_materialization.metadata["approvals"].value[0]["approved_by"] == "alice"
+
+
+def test_a_wrong_backup_root_never_publishes_and_a_late_folder_still_repairs(
+    spark, make_backups, run_release, tmp_path: Path
+):
+    """After a release from a 2-client tree: an empty folder, an empty ``raw/`` and another
+    source's tree of the same hours with one client fewer change nothing published, each
+    saying why in a line naming the hour (and, for the vanished client, the client); a
+    known client's late folder landing in a published hour still publishes."""
+    backups = make_backups(hours=2)
+    late = tmp_path / "late"
+    shutil.copytree(backups, late)
+    shutil.rmtree(late / "raw" / backup_hour_path(LARGE) / "client_id=2")
+    first = run_release(late, SMALL, LARGE, layers=("raw",), downstream=False)
+    assert first.success, first.failures
+    repaired = run_release(backups, SMALL, LARGE, layers=("raw",), downstream=False)
+    assert repaired.success, repaired.failures  # client 2 is known at SMALL: a repair
+    before = partition_locations(spark, "raw.payloads")
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    empty_raw = tmp_path / "empty_raw"
+    (empty_raw / "raw").mkdir(parents=True)
+    other = make_backups(hours=2, clients=1, seed=5)
+    for root in (empty, empty_raw, other):
+        release = run_release(root, SMALL, LARGE, layers=("raw",), downstream=False)
+        assert not release.success, root
+        assert partition_locations(spark, "raw.payloads") == before, root
+        if root == other:
+            for hour in (SMALL, LARGE):
+                assert any(
+                    f"change gate: raw {hour}: client 2 rows " in f
+                    and "every row of the client removed" in f
+                    for f in release.failures
+                ), release.failures
+
+    # a client nobody has published near the hour appears: held, naming it
+    stranger = make_backups(hours=2, clients=3)
+    release = run_release(stranger, SMALL, LARGE, layers=("raw",), downstream=False)
+    assert not release.success
+    assert any(
+        f"change gate: raw {SMALL}: client 3 rows 0 -> " in f and "no published rows" in f
+        for f in release.failures
+    ), release.failures
+    assert partition_locations(spark, "raw.payloads")[SMALL] == before[SMALL]

@@ -1,0 +1,94 @@
+"""A wrong ``BACKUP_ROOT`` through a real Dagster backfill (the CLI, its daemon, the run
+worker's Spark): after a release from a 2-client tree, a backfill from another source's
+tree of the same hours with one client fewer publishes nothing, each hour held back in a
+line naming the vanished client; ``approve`` publishes it when a person says so."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from backfill_assets.generator import generate_backups
+
+pytestmark = pytest.mark.slow
+
+BIN = Path(sys.executable).parent / "backfill-assets"
+HOURS = ("2026-11-20T00", "2026-11-20T01")
+RAW_ONLY = ["--layers", "raw", "--no-downstream"]
+
+
+def backfill(env: dict[str, str], root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(BIN), *args],
+        env={**env, "BACKUP_ROOT": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+
+
+def test_a_backfill_from_a_tree_with_a_client_fewer_is_held_back_naming_the_client(
+    tmp_path: Path,
+):
+    right, wrong = tmp_path / "right", tmp_path / "wrong"
+    options = {"start": HOURS[0], "hours": 2, "users_per_client": 25, "workers": 1}
+    generate_backups(right, clients=2, seed=11, **options)
+    generate_backups(wrong, clients=1, seed=5, **options)
+    env = {
+        **os.environ,
+        "DATA_ROOT": str(tmp_path / "data"),
+        "DAGSTER_HOME": str(tmp_path / "home"),
+        "BACKFILL_RECONCILE_SENSOR": "off",
+        "DAGSTER_DISABLE_TELEMETRY": "1",
+    }
+    span = ["--from", HOURS[0], "--to", HOURS[-1], *RAW_ONLY]
+    first = backfill(env, right, "backfill", *span, "--reason", "first")
+    assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
+    before = _per_client(tmp_path / "data", env)
+    assert {c for _, c in before} == {1, 2}
+
+    mistaken = backfill(env, wrong, "backfill", *span, "--reason", "wrong root")
+    output = mistaken.stdout + mistaken.stderr
+    assert mistaken.returncode != 0, output[-4000:]
+    held = [line for line in output.splitlines() if "held back" in line]
+    for hour in HOURS:
+        assert any(
+            f"raw {hour}: client 2 rows " in line and "every row of the client removed" in line
+            for line in held
+        ), output[-4000:]
+    assert _per_client(tmp_path / "data", env) == before  # nothing published
+
+    release = re.search(r"approve --backfill (\S+)", output)
+    assert release, output[-4000:]
+    approve = ["approve", "--backfill", release.group(1), "--hours", HOURS[0]]
+    approved = backfill(env, wrong, *approve, "--reason", "client 2 left", "--by", "alice")
+    approved_output = approved.stdout + approved.stderr
+    # the approved hour is published; the other still waits (so the command exits 1)
+    assert approved.returncode == 1, approved_output[-4000:]
+    assert f"raw {HOURS[1]}: client 2 rows " in approved_output, approved_output[-4000:]
+    after = _per_client(tmp_path / "data", env)
+    assert (HOURS[0], 2) not in after and after[(HOURS[1], 2)] == before[(HOURS[1], 2)]
+
+
+def _per_client(data: Path, env: dict[str, str]) -> dict[tuple[str, int], int]:
+    """(hour, client) -> published raw rows, read in a Spark session of its own (the
+    metastore serves one process at a time)."""
+    code = """
+import json
+from backfill_assets.resources.spark import spark_session
+from backfill_assets.settings import Settings
+
+spark = spark_session(Settings.from_env())
+rows = spark.table("raw.payloads").groupBy("hour", "client_id").count().collect()
+print(json.dumps([[r["hour"], r["client_id"], r["count"]] for r in rows]))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    return {(h, c): n for h, c, n in json.loads(out.strip().splitlines()[-1])}
