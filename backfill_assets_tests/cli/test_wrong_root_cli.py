@@ -1,13 +1,12 @@
 """A wrong ``BACKUP_ROOT`` through a real Dagster backfill (the CLI, its daemon, the run
 worker's Spark): after a release from a 2-client tree, a backfill from another source's
 tree of the same hours with one client fewer publishes nothing, each hour held back in a
-line naming the vanished client; ``approve`` publishes it when a person says so."""
+line naming the vanished client (``approve`` of such an hour: the in-process gate tests)."""
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -63,17 +62,7 @@ def test_a_backfill_from_a_tree_with_a_client_fewer_is_held_back_naming_the_clie
             for line in held
         ), output[-4000:]
     assert _per_client(tmp_path / "data", env) == before  # nothing published
-
-    release = re.search(r"approve --backfill (\S+)", output)
-    assert release, output[-4000:]
-    approve = ["approve", "--backfill", release.group(1), "--hours", HOURS[0]]
-    approved = backfill(env, wrong, *approve, "--reason", "client 2 left", "--by", "alice")
-    approved_output = approved.stdout + approved.stderr
-    # the approved hour is published; the other still waits (so the command exits 1)
-    assert approved.returncode == 1, approved_output[-4000:]
-    assert f"raw {HOURS[1]}: client 2 rows " in approved_output, approved_output[-4000:]
-    after = _per_client(tmp_path / "data", env)
-    assert (HOURS[0], 2) not in after and after[(HOURS[1], 2)] == before[(HOURS[1], 2)]
+    assert "approve --backfill " in output  # what a person does if the change is right
 
 
 def _per_client(data: Path, env: dict[str, str]) -> dict[tuple[str, int], int]:
