@@ -5,9 +5,22 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 export DAGSTER_HOME ?= $(CURDIR)/var/dagster_home
 
-.PHONY: demo test test-stack ui lint docs install check-java stack-deps browser-deps jvm-archive clean
+.PHONY: demo test test-stack ui lint docs install jars check-java stack-deps browser-deps jvm-archive clean
 
-install: $(STAMP)
+install: $(STAMP) jars
+
+# Spark's S3A connector (hadoop-aws, the AWS SDK v2 modules it needs, spark-hadoop-cloud),
+# pinned with SHA-256s in deploy/spark-jars.txt, fetched from Maven Central with Maven into
+# the virtualenv (backfill_assets/settings.py: BACKFILL_SPARK_JARS); remade only when the
+# list changes, so a second `make` downloads nothing.
+JARS       := $(VENV)/share/backfill_assets/jars
+JARS_STAMP := $(JARS)/.pinned-$(shell cat deploy/spark-jars.txt | cksum | cut -d' ' -f1)
+jars: $(JARS_STAMP)
+
+$(JARS_STAMP): deploy/spark-jars.txt | $(STAMP)
+	@./deploy/spark-jars.sh $(JARS)
+	@rm -f $(JARS)/.pinned-*
+	@touch $@
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required (found " + sys.version.split()[0] + ")")'

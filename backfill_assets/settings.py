@@ -6,19 +6,26 @@
 - ``DAGSTER_HOME`` (``var/dagster_home``): the Dagster instance.
 - ``SPARK_CONF_DIR`` (``spark``): ``spark-defaults.conf``, profiles, ``log4j2.properties``.
 - ``BACKFILL_ENV`` (``local``): ``local`` or ``production`` (resources, Spark profile).
+- ``BACKFILL_SPARK_JARS`` (``<virtualenv>/share/backfill_assets/jars``): the S3A connector's
+  jars (``make jars``, deploy/spark-jars.txt), put on the driver's and executors' classpath.
+- ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL`` (none: AWS): an S3-compatible endpoint,
+  also for Spark's S3A (path-style requests); ``AWS_REGION`` / ``AWS_DEFAULT_REGION``: the
+  region S3A signs for.
 
 Defaults are inside the checkout and git-ignored.
 
 Object-store locations are written ``s3://bucket/prefix`` everywhere they are configured.
-Backups are read with boto3/pyarrow, which take ``s3://``; the warehouse is written by
-Spark through Hadoop's S3A connector, so ``warehouse_dir`` (and every table location under
-it) is spelled ``s3a://`` (``spark_location``): one spelling per reader, one place to map.
+The driver lists backups and reads manifests with boto3, which takes ``s3://``; Spark reads
+the part files and writes the warehouse through Hadoop's S3A connector, so what Spark opens
+(``warehouse_dir`` and every table location under it, the backups' part files) is spelled
+``s3a://`` (``spark_location``): one spelling per reader, one place to map.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +33,8 @@ from pathlib import Path
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 ENVIRONMENTS = ("local", "production")
 _URI = re.compile(r"^[a-z][a-z0-9+.-]*://")
+# Where `make jars` puts the S3A connector: inside the virtualenv that runs the project.
+DEFAULT_SPARK_JARS = Path(sys.prefix) / "share" / "backfill_assets" / "jars"
 
 
 def is_uri(location: str) -> bool:
@@ -58,6 +67,9 @@ class Settings:
     dagster_home: str
     spark_conf_dir: str
     environment: str = "local"
+    spark_jars_dir: str = str(DEFAULT_SPARK_JARS)
+    s3_endpoint: str | None = None  # None: AWS's own endpoints
+    s3_region: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -74,11 +86,20 @@ class Settings:
             dagster_home=_location(env.get("DAGSTER_HOME") or str(var / "dagster_home")),
             spark_conf_dir=_location(env.get("SPARK_CONF_DIR") or str(PROJECT_ROOT / "spark")),
             environment=environment,
+            spark_jars_dir=_location(env.get("BACKFILL_SPARK_JARS") or str(DEFAULT_SPARK_JARS)),
+            s3_endpoint=env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or None,
+            s3_region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None,
         )
 
     @property
     def warehouse_dir(self) -> str:
         return spark_location(f"{self.data_root}/warehouse")
+
+    @property
+    def spark_jars(self) -> list[str]:
+        """The S3A connector's jars (sorted), [] when ``make jars`` has not put them there."""
+        folder = Path(self.spark_jars_dir)
+        return sorted(str(p) for p in folder.glob("*.jar")) if folder.is_dir() else []
 
     @property
     def metastore_dir(self) -> str:

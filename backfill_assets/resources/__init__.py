@@ -35,7 +35,9 @@ def build_resources(settings: Settings) -> dict[str, Any]:
     pyspark = spark_resource(settings)
     backups: Any
     if is_uri(settings.backup_root):
-        backups = S3BackupStore(root=settings.backup_root, s3=S3Resource())
+        # through S3A when its jars are installed (make jars), as Spark opens local trees
+        s3a = bool(settings.spark_jars)
+        backups = S3BackupStore(root=settings.backup_root, s3=S3Resource(), s3a=s3a)
     else:
         backups = LocalBackupStore(root=settings.backup_root)
     return {

@@ -1,15 +1,11 @@
 """Read-only access to a backup tree: the local file system or S3 (``dagster-aws``).
 
 The driver uses a store to list folders and read manifests (small); the part files are read
-on the executors by ``read_files``: Spark's ``binaryFile`` source for a local tree, and for
-``s3://bucket/prefix`` pyarrow's ``S3FileSystem`` inside the executors' Python workers.
-
-Why not Spark's ``s3a://``: the Hadoop S3A connector (hadoop-aws + the AWS SDK bundle,
-~600 MB, matching Spark's Hadoop version) is neither in the pyspark wheel nor installable
-without Maven, while pyarrow (a dependency already, with S3 built in) reads the objects
-with the executor's default AWS credential chain (environment, web identity/IRSA,
-instance profile). The files are small zstd frames read whole, so nothing is lost by not
-going through Hadoop. Nothing here writes: backups are read-only input.
+on the executors: by Spark itself (``spark_path``: a local path, or ``s3a://`` through
+Hadoop's S3A connector when its jars are installed, ``make jars``), else, for an S3 tree on
+an image without them, by ``read_files``: pyarrow's ``S3FileSystem`` inside the executors'
+Python workers (``backups/reader_executors.py``, every line judged in Python). Nothing here
+writes: backups are read-only input.
 """
 
 import errno
@@ -23,6 +19,8 @@ from typing import Any, BinaryIO
 import dagster as dg
 from dagster_aws.s3 import S3Resource
 from pydantic import PrivateAttr
+
+from backfill_assets.settings import spark_location
 
 FILES_SCHEMA = "path string, content binary"
 # Files fetched per Spark task: small enough to spread a range over the executors.
@@ -144,7 +142,9 @@ class LocalBackupStore(BackupStore):
 
 class S3BackupStore(BackupStore):
     """A backup tree under ``s3://bucket/prefix``: listed with boto3 (``S3Resource``) on the
-    driver, part files fetched with pyarrow on the executors (``read_files``).
+    driver; part files read by Spark through S3A (``s3a``: the connector's jars are on the
+    classpath, ``spark_path`` spells them ``s3a://``), else fetched with pyarrow on the
+    executors (``read_files``).
 
     The endpoint is ``S3Resource.endpoint_url``, else ``AWS_ENDPOINT_URL_S3`` /
     ``AWS_ENDPOINT_URL`` of the driver (an S3-compatible store); credentials come from
@@ -152,6 +152,7 @@ class S3BackupStore(BackupStore):
     """
 
     s3: dg.ResourceDependency[S3Resource]
+    s3a: bool = False  # Spark reads the part files itself, through Hadoop's S3A
     _client: Any = PrivateAttr(default=None)
 
     def client(self) -> Any:
@@ -188,7 +189,8 @@ class S3BackupStore(BackupStore):
 
     def spark_path(self, rel: str) -> str:
         bucket, key = self._bucket_key(rel)
-        return f"s3://{bucket}/{key}"
+        path = f"s3://{bucket}/{key}"
+        return spark_location(path) if self.s3a else path
 
     def endpoint(self) -> str | None:
         return (
@@ -198,7 +200,7 @@ class S3BackupStore(BackupStore):
         )
 
     def spark_reads_files(self) -> bool:
-        return False  # no hadoop-aws on the image: the executors fetch with pyarrow
+        return self.s3a  # else no S3A on the classpath: the executors fetch with pyarrow
 
     def read_files(self, spark: Any, rels: list[str]) -> Any:
         if not rels:

@@ -288,6 +288,10 @@ class ShadowTableIOManager(dg.ConfigurableIOManager):
         )
         context.log.info(f"writing {table} version {version} for {len(hours)} hour(s)")
         writer = obj.write.mode("overwrite").partitionBy("hour")
+        if version_root.startswith("s3a://"):
+            # S3A's committers cannot overwrite partitions dynamically; the version's folder
+            # is this run's alone (version = run id), so replacing it whole is the same.
+            writer = writer.option("partitionOverwriteMode", "static")
         for column in self.plain_encoded_columns:
             if column in obj.columns:
                 writer = writer.option(f"parquet.enable.dictionary#{column}", "false")

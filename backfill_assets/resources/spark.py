@@ -24,6 +24,21 @@ from backfill_assets.settings import Settings, is_uri
 
 # ${VAR} (required) or ${VAR:-default}.
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+# Spark's file writers bound to Hadoop's committer of the destination's scheme (the
+# spark-hadoop-cloud jar of deploy/spark-jars.txt): S3A's magic committer for s3a://.
+S3A_COMMITTER_CONF = {
+    "spark.sql.sources.commitProtocolClass": (
+        "org.apache.spark.internal.io.cloud.PathOutputCommitProtocol"
+    ),
+    "spark.sql.parquet.output.committer.class": (
+        "org.apache.spark.internal.io.cloud.BindingParquetOutputCommitter"
+    ),
+    "spark.hadoop.mapreduce.outputcommitter.factory.scheme.s3a": (
+        "org.apache.hadoop.fs.s3a.commit.S3ACommitterFactory"
+    ),
+    "spark.hadoop.fs.s3a.committer.name": "magic",
+    "spark.hadoop.fs.s3a.committer.magic.enabled": "true",
+}
 
 
 class SparkConfigError(ValueError):
@@ -120,6 +135,32 @@ def spark_config(
             f"{settings.data_root}/hive_resources/${{hive.session.id}}_resources"
         )
     conf["spark.driver.extraJavaOptions"] = " ".join(java_options)
+    conf.update(s3a_conf(settings))
+    return conf
+
+
+def s3a_conf(settings: Settings) -> dict[str, str]:
+    """Spark's S3A connector: its jars on the driver's and executors' classpath (when
+    ``make jars`` installed them), the S3 endpoint and region of the settings, and the
+    magic committer for a warehouse on S3. {} without the jars: nothing s3a:// can work.
+
+    On the system classpath (``extraClassPath``), not ``spark.jars``: Hadoop's file systems
+    and the Hive client's isolated class loader find S3A there. Executors must have the
+    jars at the same path (the image: deploy/Dockerfile; the stack: this machine).
+    """
+    if not settings.spark_jars:
+        return {}
+    classpath = f"{settings.spark_jars_dir}/*"
+    conf = {"spark.driver.extraClassPath": classpath, "spark.executor.extraClassPath": classpath}
+    if settings.s3_endpoint:  # an S3-compatible store: path-style requests, its own scheme
+        conf["spark.hadoop.fs.s3a.endpoint"] = settings.s3_endpoint
+        conf["spark.hadoop.fs.s3a.path.style.access"] = "true"
+        secure = settings.s3_endpoint.startswith("https://")
+        conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(secure).lower()
+    if settings.s3_region:
+        conf["spark.hadoop.fs.s3a.endpoint.region"] = settings.s3_region
+    if settings.warehouse_dir.startswith("s3a://"):
+        conf.update(S3A_COMMITTER_CONF)
     return conf
 
 

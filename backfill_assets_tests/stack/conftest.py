@@ -23,12 +23,14 @@ import pytest
 import yaml
 
 from backfill_assets.generator import generate_backups
-from backfill_assets.settings import PROJECT_ROOT
+from backfill_assets.resources.spark import s3a_conf
+from backfill_assets.settings import PROJECT_ROOT, Settings
 from backfill_assets_tests.stack import servers
 
 BUCKET = "backups"
 PREFIX = "tree"
 LOG_BUCKET = "dagster-logs"
+WAREHOUSE_BUCKET = "warehouse"
 START = "2026-11-20T00"
 HOURS = 7  # one session hour (T03) has its whole ±3 h window in the data
 CLIENTS = 2
@@ -43,7 +45,7 @@ AWS = {
 class Stack:
     env: dict[str, str]
     backups: Path  # the local copy of what was uploaded (with its _truth/)
-    data_root: Path
+    data_root: str
     dagster_home: Path
     logs: Path
     postgres_url: str
@@ -125,7 +127,8 @@ def stack(
 ) -> Stack:
     root = tmp_path_factory.mktemp("stack")
     logs = stack_logs
-    data_root = root / "data"  # the shared warehouse: every executor is on this machine
+    # The warehouse on the S3 server too: written and swapped through S3A (magic committer).
+    data_root = f"s3://{WAREHOUSE_BUCKET}/data"
     home = root / "dagster_home"
     home.mkdir()
     _instance_config(home)
@@ -167,12 +170,14 @@ def stack(
         )
         servers.upload_tree(client, backups / "raw", BUCKET, f"{PREFIX}/raw")
         client.create_bucket(Bucket=LOG_BUCKET)
+        client.create_bucket(Bucket=WAREHOUSE_BUCKET)
         master = servers.start_spark_cluster(
             processes, logs, base, worker_cores=4, worker_memory="4g"
         )
         servers.create_metastore_schema(metastore_jdbc, root / "schematool", logs / "schema.log")
+        settings = Settings.from_env({**base, "DATA_ROOT": data_root, "AWS_ENDPOINT_URL_S3": s3})
         metastore = servers.start_metastore(
-            processes, logs, metastore_jdbc, str(data_root / "warehouse"), base
+            processes, logs, metastore_jdbc, settings.warehouse_dir, base, s3a_conf(settings)
         )
         if sensor_off.wait(timeout=300) != 0:
             raise servers.StackError(
@@ -186,7 +191,7 @@ def stack(
         **base,
         "BACKFILL_ENV": "production",
         "BACKUP_ROOT": f"s3://{BUCKET}/{PREFIX}",
-        "DATA_ROOT": str(data_root),
+        "DATA_ROOT": data_root,
         "DAGSTER_LOG_BUCKET": LOG_BUCKET,
         "AWS_ENDPOINT_URL_S3": s3,
         "SPARK_MASTER": master,

@@ -38,18 +38,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jdbc-url", required=True)
     parser.add_argument("--jdbc-jar", required=True)
     parser.add_argument("--warehouse", required=True)
+    parser.add_argument("--classpath", default="", help="more jars (the S3A connector)")
+    parser.add_argument("--hadoop", action="append", default=[], help="key=value (fs.s3a.*)")
     args = parser.parse_args(argv)
 
     from pyspark import SparkConf
     from pyspark.java_gateway import launch_gateway
 
     conf = SparkConf(loadDefaults=False)
-    conf.set("spark.driver.extraClassPath", args.jdbc_jar)
+    conf.set("spark.driver.extraClassPath", ":".join(filter(None, [args.jdbc_jar, args.classpath])))
     conf.set("spark.driver.extraJavaOptions", "-Dhive.async.log.enabled=false")
     gateway = launch_gateway(conf)
     jvm = gateway.jvm
     hive_conf = jvm.org.apache.hadoop.hive.conf.HiveConf()
     for key, value in metastore_conf(args.jdbc_url, args.warehouse).items():
+        hive_conf.set(key, value)
+    for setting in args.hadoop:
+        key, _, value = setting.partition("=")
         hive_conf.set(key, value)
     metastore = jvm.org.apache.hadoop.hive.metastore
     handler = metastore.HiveMetaStore.newRetryingHMSHandler(

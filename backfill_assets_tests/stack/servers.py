@@ -324,12 +324,25 @@ def create_metastore_schema(jdbc_url: str, workdir: Path, log: Path) -> None:
 
 
 def start_metastore(
-    processes: Processes, logs: Path, jdbc_url: str, warehouse: str, env: Mapping[str, str]
+    processes: Processes,
+    logs: Path,
+    jdbc_url: str,
+    warehouse: str,
+    env: Mapping[str, str],
+    s3a: Mapping[str, str],
 ) -> str:
-    """The Hive metastore service (``metastore_server.py``); returns its thrift URI."""
+    """The Hive metastore service (``metastore_server.py``); returns its thrift URI.
+    ``s3a``: the Spark configuration of the S3A connector (``resources.spark.s3a_conf``),
+    for a warehouse on S3: the service creates the databases' folders there."""
     import sys
 
     port = free_port()
+    options = []
+    if s3a.get("spark.driver.extraClassPath"):
+        options += ["--classpath", s3a["spark.driver.extraClassPath"]]
+    for key, value in s3a.items():
+        if key.startswith("spark.hadoop."):
+            options += ["--hadoop", f"{key.removeprefix('spark.hadoop.')}={value}"]
     server = processes.start(
         "hive-metastore",
         [
@@ -343,6 +356,7 @@ def start_metastore(
             jdbc_jar(),
             "--warehouse",
             warehouse,
+            *options,
         ],
         log=logs / "metastore.log",
         env=env,

@@ -151,6 +151,8 @@ def test_production_instance_loads_with_kubernetes_launcher_and_postgres(instanc
     assert type(instance.event_log_storage).__name__ == "PostgresEventLogStorage"
     assert type(instance.compute_log_manager).__name__ == "S3ComputeLogManager"
     assert instance.event_log_storage.supports_global_concurrency_limits
+    # A run whose pod died is marked failed by the daemon (sensors/orphans.py relies on it).
+    assert instance.run_monitoring_enabled
 
 
 def test_run_job_is_valid_and_its_pod_has_every_variable_needed(run_job: dict):
@@ -171,6 +173,8 @@ def test_run_job_is_valid_and_its_pod_has_every_variable_needed(run_job: dict):
     needed |= {"BACKFILL_ENV", "BACKUP_ROOT", "DATA_ROOT", "DAGSTER_HOME"}
     assert needed - set(env) == set(), f"missing in the run pod: {sorted(needed - set(env))}"
     assert env["DAGSTER_POSTGRES_URL"] == "<secret backfill-assets-postgres>"
+    # Erasure digests in runs match the CLI's: the salt is a Secret, in every run pod.
+    assert env["BACKFILL_ERASURE_SALT"] == "<secret backfill-assets-erasure>"
     assert env["SPARK_DRIVER_HOST"] == "10.1.2.3"  # executors call back to the run pod
     assert env["BACKFILL_ENV"] == "production"
     # The instance reaches the pod as the run's instance ref (in the args), whose {env: ...}
@@ -261,6 +265,13 @@ def test_helm_values_match_the_instance_config():
         "granularity": pools["granularity"],
     }
     assert values["postgresql"]["postgresqlScheme"] == "postgresql+psycopg2"
+    monitoring = instance_config["run_monitoring"]
+    assert values["dagsterDaemon"]["runMonitoring"] == {
+        "enabled": monitoring["enabled"],
+        "startTimeoutSeconds": monitoring["start_timeout_seconds"],
+        "maxResumeRunAttempts": monitoring["max_resume_run_attempts"],
+        "pollIntervalSeconds": monitoring["poll_interval_seconds"],
+    }
     assert values["computeLogManager"]["type"] == "S3ComputeLogManager"
     s3_logs = values["computeLogManager"]["config"]["s3ComputeLogManager"]
     logs = instance_config["compute_logs"]["config"]

@@ -24,7 +24,8 @@ import psycopg2
 from backfill_assets.partitions import hour_range
 from backfill_assets.publishing.lock import database_lock, libpq_url
 from backfill_assets.reporting import expected
-from backfill_assets_tests.stack.conftest import HOURS, START, Stack
+from backfill_assets_tests.stack import servers
+from backfill_assets_tests.stack.conftest import AWS, HOURS, START, WAREHOUSE_BUCKET, Stack
 from backfill_assets_tests.stack.servers import tail
 
 LAST = "2026-11-20T06"  # START + HOURS - 1
@@ -113,6 +114,19 @@ def test_concurrent_fenced_backfills_on_the_cluster_match_the_truth(stack: Stack
     for part in parts:
         key = part.relative_to(stack.backups).as_posix()
         assert f"GET /backups/tree/{key}" in s3_log, key
+
+    # The warehouse is on S3: the shadow versions (which published partitions point at) and
+    # the audit tables are objects of its bucket, the versions written by Spark's S3A magic
+    # committer (its __magic paths in the log).
+    client = servers.s3_client(stack.env["AWS_ENDPOINT_URL_S3"], AWS)
+    keys = [
+        o["Key"]
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=WAREHOUSE_BUCKET)
+        for o in page.get("Contents", [])
+    ]
+    for folder in ("warehouse/shadow/", "warehouse/audit/publications/"):
+        assert any(k.startswith(f"data/{folder}") and k.endswith(".parquet") for k in keys)
+    assert "__magic" in s3_log
 
     counted = [SESSION_HOUR]
     rows = sql(
