@@ -8,6 +8,7 @@ Python workers (``backups/reader_executors.py``, every line judged in Python). N
 writes: backups are read-only input.
 """
 
+import contextlib
 import errno
 import os
 import stat
@@ -186,6 +187,12 @@ class S3BackupStore(BackupStore):
         if limit is not None and len(data) > limit:
             raise ValueError(f"larger than {limit} bytes")
         return data
+
+    def open_file(self, rel: str) -> BinaryIO:
+        """The object's body, streamed (an object of a store is a regular file)."""
+        bucket, key = self._bucket_key(rel)
+        body = self.client().get_object(Bucket=bucket, Key=key)["Body"]
+        return contextlib.closing(body)  # type: ignore[return-value]
 
     def spark_path(self, rel: str) -> str:
         bucket, key = self._bucket_key(rel)

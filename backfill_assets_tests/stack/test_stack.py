@@ -12,7 +12,6 @@ ledger.
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 import time
@@ -83,21 +82,17 @@ def _wait(processes: dict[str, subprocess.Popen], logs: dict[str, Path], ready, 
 
 def test_concurrent_fenced_backfills_on_the_cluster_match_the_truth(stack: Stack):
     """A release of every hour runs on the cluster while the test holds the raw layer's
-    publish lock (its publish waits, fenced); a second, overlapping release launched then is
-    refused at once naming the first (one release per hour at a time); the first publishes
-    once the lock is released, and what it published matches the generator's truth."""
+    publish lock (its publish waits, fenced); it publishes once the lock is released, and
+    what it published matches the generator's truth. (A second, overlapping release is
+    refused at launch: the CLI tests cover that.)"""
     started = time.monotonic()
     url = stack.env["DAGSTER_POSTGRES_URL"]
-    logs = {name: stack.logs / f"backfill-{name}.log" for name in ("A", "B")}
+    logs = {"A": stack.logs / "backfill-A.log"}
     processes: dict[str, subprocess.Popen] = {}
     try:
         with database_lock(url, "raw", TEST_HOLDER, limit=60):
             processes["A"] = backfill(stack, START, LAST, logs["A"])
             _wait(processes, logs, lambda: _publisher_waiting(url, "raw"), "raw publish wait")
-            processes["B"] = backfill(
-                stack, START, hour_range(START, LAST)[1], logs["B"], "--no-downstream"
-            )
-            assert processes["B"].wait(timeout=BACKFILL_DEADLINE) == 2, tail(logs["B"], 60)
             released_at = datetime.now(UTC)
         assert processes["A"].wait(timeout=BACKFILL_DEADLINE) == 0, "backfill A failed:\n" + (
             tail(logs["A"], 80)
@@ -107,9 +102,6 @@ def test_concurrent_fenced_backfills_on_the_cluster_match_the_truth(stack: Stack
             if process.poll() is None:
                 process.kill()
                 process.wait()
-    first = re.search(r"submitted backfill (\w+):", logs["A"].read_text()).group(1)
-    refusal = logs["B"].read_text()
-    assert f"held by release in flight: release {first}" in refusal, refusal[-3000:]
     backfills_done = time.monotonic()
 
     # The releases' runs ran on the cluster: the worker launched executors for them.
