@@ -6,7 +6,9 @@ Session hours whose window reaches past the newest backup hour are built from wh
 and published *provisional* (the metadata and the report say so); once the later hours land,
 the sensor's release rebuilds them and they become final. A session hour whose window reads
 an hour that has backups but is not published (the newest hours, left to the live pipeline
-by the sensor's grace period) is held back, naming that hour; the rest publishes.
+by the sensor's grace period) is held back, naming that hour; the rest publishes. Last, an
+operator repairs those newest hours with a dry run and its `publish`: the same treatment, and
+the held-back hour becomes final.
 """
 
 import os
@@ -54,6 +56,14 @@ def latest(instance: dg.DagsterInstance, key: dg.AssetKey, hours: list[str]) -> 
     return found
 
 
+def backfill_id_of(done: subprocess.CompletedProcess) -> str:
+    return next(
+        line.split(":")[0].split()[-1]
+        for line in done.stdout.splitlines()
+        if line.startswith("submitted ")
+    )
+
+
 def provisional(instance: dg.DagsterInstance, hours: list[str]) -> dict[str, str]:
     return {
         h: str(metadata_value(meta, PROVISIONAL) or "")
@@ -86,11 +96,7 @@ def test_the_newest_hours_publish_and_their_provisional_sessions_become_final(
     # the operator's default: raw and everything downstream, published
     done = cli(env, "backfill", "--from", FIRST, "--to", NEWEST, "--reason", "INC-9 bad deploy")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    backfill_id = next(
-        line.split()[2].rstrip(":")
-        for line in done.stdout.splitlines()
-        if line.startswith("submitted backfill ")
-    )
+    backfill_id = backfill_id_of(done)
     session_hours = hours_between("2026-11-19T21", "2026-11-20T06")
     with dg.DagsterInstance.from_config(str(home)) as instance:
         for table in ("raw.payloads", "transformed.payloads"):
@@ -136,3 +142,22 @@ def test_the_newest_hours_publish_and_their_provisional_sessions_become_final(
         held = [f for r in outcome.runs for f in r.failures if "held back" in f]
         assert any("2026-11-20T04" in f and "2026-11-20T07" in f for f in held), held
         assert "2026-11-20T07" in notes["2026-11-20T04"]  # still the first, provisional build
+
+    # the newest hours, as an operator repairs them: a dry run, then its publish
+    newest = hours_between("2026-11-20T07", "2026-11-20T08")
+    dry = cli(env, "backfill", "--from", newest[0], "--to", newest[-1], "--dry-run")
+    assert dry.returncode == 0, dry.stdout[-4000:] + dry.stderr[-4000:]
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        assert latest(instance, table_key("raw.payloads"), newest) == {}  # built, not published
+    dry_id = backfill_id_of(dry)
+    published = cli(env, "publish", "--backfill", dry_id)
+    assert published.returncode == 0, published.stdout[-4000:] + published.stderr[-4000:]
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        for table in ("raw.payloads", "transformed.payloads"):
+            assert sorted(latest(instance, table_key(table), newest)) == newest, table
+        notes = provisional(instance, hours_between("2026-11-20T04", "2026-11-20T11"))
+    # 04 (held back above) and 05 read up to 08: final now; 06..11 reach past 08
+    assert notes["2026-11-20T04"] == notes["2026-11-20T05"] == "", notes
+    assert all("2026-11-20T09" in notes[h] for h in hours_between("2026-11-20T06", "2026-11-20T11"))
+    report = cli(env, "report", "--backfill", dry_id)
+    assert "provisional: aggregated 2026-11-20T06..2026-11-20T11" in report.stdout, report.stdout
