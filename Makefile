@@ -55,10 +55,11 @@ demo: install check-java jvm-archive
 	$(BIN)/backfill-assets demo
 
 # The whole suite, the production stack (backfill_assets_tests/stack) and the browser tests
-# (backfill_assets_tests/ui) included, in two pytest-xdist workers: the tests that use the
-# suite's one Spark session in one, the server- and process-bound ones beside them
+# (backfill_assets_tests/ui) included, in three pytest-xdist workers: the tests that use the
+# suite's one Spark session in one, the server- and process-bound ones (mostly waiting on
+# daemons and run processes) spread over the others, a module at a time
 # (backfill_assets_tests/conftest.py). TEST_WORKERS=0 runs everything in one process.
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 test: install check-java stack-deps browser-deps jvm-archive
 	$(BIN)/python -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup) $(PYTEST_ARGS)
 

@@ -455,14 +455,18 @@ def read_tree_lines(root: Path) -> tuple[list[tuple], list[tuple]]:
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the marks into groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """``make test`` runs two pytest-xdist workers (``--dist loadgroup``): every test that
-    uses the suite's Spark session runs in one of them, so it stays ONE session; the others
-    (servers, Dagster daemons, subprocesses, pure Python) run beside them in the other,
-    mostly waiting on processes while the first one computes."""
+    """``make test`` runs pytest-xdist workers (``--dist loadgroup``): every test that uses
+    the suite's Spark session is in one group, so it runs in one worker and stays ONE
+    session; the others (servers, Dagster daemons, subprocesses, pure Python) are grouped by
+    module (a module's fixtures are set up once) and spread over the other workers, mostly
+    waiting on processes while the Spark worker computes."""
     if not config.pluginmanager.hasplugin("xdist"):
         return
     for item in items:
-        group = "spark" if "spark" in getattr(item, "fixturenames", ()) else "processes"
+        if "spark" in getattr(item, "fixturenames", ()):
+            group = "spark"
+        else:
+            group = item.module.__name__ if isinstance(item, pytest.Function) else "processes"
         item.add_marker(pytest.mark.xdist_group(group))
 
 
