@@ -38,27 +38,38 @@ one back first).
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from pyspark.sql import SparkSession, Window
-from pyspark.sql import functions as F
+from pyspark.sql import SparkSession
 
-from backfill_assets import faults
 from backfill_assets.partitions import hours_between, shift_hour
-from backfill_assets.publishing import audit, gates
-from backfill_assets.publishing.lock import release_locks
+from backfill_assets.publishing import audit, database, gates
+from backfill_assets.publishing.ledger import (  # noqa: F401  (the publisher's vocabulary)
+    ABORT,
+    COMMIT,
+    PREPARE,
+    PUBLISH,
+    ROLLBACK,
+    Entry,
+    PublishError,
+    apply_transaction,
+    event,
+    history,
+    ledger,
+    orphan_versions,
+    pending_transactions,
+    recover,
+    stamp,
+    verify,
+)
 from backfill_assets.publishing.tables import (
     ensure_table,
     partition_locations,
     split_table,
-    swap_partitions,
     table_exists,
 )
 
-PREPARE, COMMIT, ABORT = "prepare", "commit", "abort"
-PUBLISH, ROLLBACK = "publish", "rollback"
 PUBLISHED, UNCHANGED, HELD_BACK = "published", "unchanged", "held_back"
 SOURCE_RELEASE, SOURCE_PUBLISHED = "release", "published"
 # An hour read as empty for good: the release declared it so, or it lies before the backups'
@@ -134,10 +145,6 @@ class ReleasePlan:
         return [o for o in self.outcomes if o.status == HELD_BACK]
 
 
-class PublishError(RuntimeError):
-    """Publishing or rolling back cannot proceed; the message says why and what to do."""
-
-
 @dataclass(frozen=True)
 class Approval:
     """A person's approval of a release's change-gate findings, given with a publish."""
@@ -154,55 +161,45 @@ class Approval:
 # ----------------------------------------------------------------------- reading audit
 
 
-def _newest(df, keys: Sequence[str], order: str):
-    rank = F.row_number().over(Window.partitionBy(*keys).orderBy(F.col(order).desc()))
-    return df.withColumn("_rank", rank).where(F.col("_rank") == 1).drop("_rank")
+def _rows(spark: SparkSession, table: str, where: Mapping, order_by: str | None = None) -> list:
+    return audit.rows(audit.warehouse_of(spark), table, where, order_by)
 
 
 def release_candidates(
     spark: SparkSession, release_id: str, tables: Sequence[str]
 ) -> dict[tuple[str, str], dict]:
-    """(shadow table, hour) -> newest shadow partition row the release wrote (one action)."""
-    written = audit.read(spark, audit.SHADOW_PARTITIONS).where(
-        (F.col("release_id") == release_id) & F.col("table_name").isin(list(tables))
-    )
-    rows = _newest(written, ["table_name", "hour"], "written_at").collect()
-    return {(r["table_name"], r["hour"]): r.asDict() for r in rows}
+    """(shadow table, hour) -> newest shadow partition row the release wrote (one query)."""
+    where = {"release_id": release_id, "table_name": list(tables)}
+    newest: dict[tuple[str, str], dict] = {}
+    for r in _rows(spark, audit.SHADOW_PARTITIONS, where, "written_at"):
+        newest[(r["table_name"], r["hour"])] = r  # oldest first: the newest wins
+    return newest
 
 
 def releases_of(spark: SparkSession, tables: Sequence[str], hours: Sequence[str]) -> list[dict]:
     """Releases that wrote any of ``tables`` x ``hours``: id, hours, newest write, newest first."""
-    rows = (
-        audit.read(spark, audit.SHADOW_PARTITIONS)
-        .where(
-            F.col("table_name").isin(list(tables))
-            & F.col("hour").isin(list(hours))
-            & F.col("release_id").isNotNull()
+    found: dict[str, dict] = {}
+    where = {"table_name": list(tables), "hour": list(hours)}
+    for r in _rows(spark, audit.SHADOW_PARTITIONS, where, "written_at"):
+        if r["release_id"] is None:
+            continue
+        entry = found.setdefault(
+            r["release_id"], {"release_id": r["release_id"], "hours": set(), "tables": set()}
         )
-        .groupBy("release_id")
-        .agg(
-            F.collect_set("hour").alias("hours"),
-            F.collect_set("table_name").alias("tables"),
-            F.max("written_at").alias("written_at"),
-        )
-        .orderBy(F.col("written_at").desc())
-        .collect()
-    )
-    return [r.asDict() for r in rows]
+        entry["hours"].add(r["hour"])
+        entry["tables"].add(r["table_name"])
+        entry["written_at"] = r["written_at"]
+    ordered = sorted(found.values(), key=lambda e: e["written_at"], reverse=True)
+    return [{**e, "hours": sorted(e["hours"]), "tables": sorted(e["tables"])} for e in ordered]
 
 
 def _check_outcomes(spark: SparkSession, tables: Sequence[str], versions: set[str]) -> dict:
     """(table, hour, version) -> check name -> (passed, detail), newest result per check."""
     if not versions:
         return {}
-    rows = (
-        audit.read(spark, audit.CHECK_RESULTS)
-        .where(F.col("table_name").isin(list(tables)) & F.col("version").isin(list(versions)))
-        .orderBy("checked_at")
-        .collect()
-    )
+    where = {"table_name": list(tables), "version": versions}
     outcomes: dict[tuple[str, str, str], dict[str, tuple[bool, str]]] = {}
-    for r in rows:
+    for r in _rows(spark, audit.CHECK_RESULTS, where, "checked_at"):
         outcomes.setdefault((r["table_name"], r["hour"], r["version"]), {})[r["check_name"]] = (
             r["passed"],
             r["detail"],
@@ -211,43 +208,32 @@ def _check_outcomes(spark: SparkSession, tables: Sequence[str], versions: set[st
 
 
 def _reads(spark: SparkSession, release_id: str) -> list[dict]:
-    rows = audit.read(spark, audit.RELEASE_READS).where(F.col("release_id") == release_id)
-    return [r.asDict() for r in rows.collect()]
+    return _rows(spark, audit.RELEASE_READS, {"release_id": release_id})
 
 
 def _last_moves(spark: SparkSession, reads: Sequence[dict]) -> dict[tuple[str, str], object]:
     """(table, hour) -> when the ledger last records its published pointer moving (a
     publish, rollback or recovery), for the tables and hours of ``reads``: a build reads
     its published upstream when its Spark job runs, after it listed the location, so a
-    move after the read is stale even if a rollback put the pointer back since. One Spark
-    action (none without reads). The times are the hosts' clocks (the build's, the
-    publisher's): keep them synchronized (NTP)."""
+    move after the read is stale even if a rollback put the pointer back since. One query
+    (none without reads). The times are the hosts' clocks (the build's, the publisher's):
+    keep them synchronized (NTP)."""
     if not reads:
         return {}
-    rows = (
-        audit.read(spark, audit.PUBLICATIONS)
-        .where(
-            F.col("table_name").isin(sorted({r["upstream_table"] for r in reads}))
-            & F.col("hour").isin(sorted({r["hour"] for r in reads}))
-        )
-        .groupBy("table_name", "hour")
-        .agg(F.max("recorded_at").alias("last"))
-        .collect()
-    )
-    return {(r["table_name"], r["hour"]): r["last"] for r in rows}
+    where = {"table_name": {r["upstream_table"] for r in reads}, "hour": {r["hour"] for r in reads}}
+    last: dict[tuple[str, str], object] = {}
+    for r in _rows(spark, audit.PUBLICATIONS, where, "recorded_at"):
+        last[(r["table_name"], r["hour"])] = r["recorded_at"]
+    return last
 
 
 def _written(spark: SparkSession, locations: set[str]) -> dict[str, dict]:
     """Location -> its ``audit.shadow_partitions`` row (version, row count ...)."""
     if not locations:
         return {}
-    rows = (
-        audit.read(spark, audit.SHADOW_PARTITIONS)
-        .where(F.col("location").isin(sorted(locations)))
-        .select("location", "version", "row_count", "checksum", "written_at", "release_id")
-        .collect()
-    )
-    return {r["location"]: r.asDict() for r in rows}
+    return {
+        r["location"]: r for r in _rows(spark, audit.SHADOW_PARTITIONS, {"location": locations})
+    }
 
 
 def published_versions_checked(
@@ -296,12 +282,9 @@ def published_versions_checked(
 def approvals_of(spark: SparkSession, release_id: str) -> dict[tuple[str, str, str], list[dict]]:
     """(layer, hour, version) -> the recorded approvals of the release's gate findings, oldest
     first (each names the change it approved: ``gate``, the findings as they were then)."""
-    if not table_exists(spark, audit.APPROVALS):
-        return {}
-    rows = audit.read(spark, audit.APPROVALS).where(F.col("release_id") == release_id)
     found: dict[tuple[str, str, str], list[dict]] = {}
-    for r in rows.orderBy("approved_at").collect():
-        found.setdefault((r["layer"], r["hour"], r["version"]), []).append(r.asDict())
+    for r in _rows(spark, audit.APPROVALS, {"release_id": release_id}, "approved_at"):
+        found.setdefault((r["layer"], r["hour"], r["version"]), []).append(r)
     return found
 
 
@@ -616,63 +599,6 @@ def _ensure_published_table(spark: SparkSession, warehouse_dir: str, shadow: str
     ensure_table(spark, published, schema, ["hour"], f"{warehouse_dir}/published/{database}/{name}")
 
 
-def _by_table(events: Sequence[dict], undo: bool = False) -> list[tuple[str, list]]:
-    """Events grouped per table (first-appearance order) as ``swap_partitions`` moves;
-    ``undo`` moves them back to where the transaction found them."""
-    grouped: dict[str, list[tuple[str, str | None, str | None]]] = {}
-    for e in events:
-        previous, new = e["previous_location"], e["new_location"]
-        grouped.setdefault(e["table_name"], []).append(
-            (e["hour"], new, previous) if undo else (e["hour"], previous, new)
-        )
-    return list(grouped.items())
-
-
-def _stamp(events: Iterable[dict], phase: str, **extra) -> list[dict]:
-    now = audit.now()
-    return [{**e, **extra, "phase": phase, "recorded_at": now} for e in events]
-
-
-def apply_transaction(spark: SparkSession, warehouse_dir: str, events: list[dict]) -> str | None:
-    """Swap every event's partition in one ledger transaction; returns the txn id.
-
-    A swap moves every hour of one table at once (``tables.swap_partitions``: one
-    metastore transaction for the relocated hours), so a transaction is one swap per table.
-    Fault points: ``publish.swap`` after the first swap and ``publish.swap.<i>`` after
-    swap ``i`` (0-based), so a test can SIGKILL the process between any two swaps.
-    """
-    if not events:
-        return None
-    txn_id = uuid.uuid4().hex
-    events = [{**e, "txn_id": txn_id} for e in events]
-    audit.append(spark, warehouse_dir, audit.PUBLICATIONS, _stamp(events, PREPARE))
-    for index, (table, moves) in enumerate(_by_table(events)):
-        swap_partitions(spark, table, moves)
-        if index == 0:
-            faults.checkpoint(faults.PUBLISH_SWAP)
-        faults.checkpoint(f"{faults.PUBLISH_SWAP}.{index}")
-    for table in sorted({e["table_name"] for e in events}):
-        spark.catalog.refreshTable(table)
-    audit.append(spark, warehouse_dir, audit.PUBLICATIONS, _stamp(events, COMMIT))
-    return txn_id
-
-
-def _event(table: str, hour: str, mode: str, manifest: Mapping, run_id: str, **values) -> dict:
-    return {
-        "event_id": uuid.uuid4().hex,
-        "table_name": table,
-        "hour": hour,
-        "mode": mode,
-        "run_id": run_id,
-        "backfill_id": manifest.get("backfill_id"),
-        "reason": manifest.get("reason"),
-        "requested_by": manifest.get("requested_by"),
-        "ticket": manifest.get("ticket"),
-        "run_mode": manifest.get("mode"),
-        **values,
-    }
-
-
 def publish_release(
     spark: SparkSession,
     warehouse_dir: str,
@@ -692,7 +618,7 @@ def publish_release(
     """
     # The upstream layers' locks too: what the release read as published must not move
     # between the stale-read check and the swaps.
-    with release_locks(warehouse_dir, lock_names(layers), run_id):
+    with database.fence(warehouse_dir, lock_names(layers)):
         return _publish_release(
             spark, warehouse_dir, release_id, layers, run_id, manifest, limits, approve
         )
@@ -727,7 +653,7 @@ def _publish_release(
         )
     manifest = {**manifest, "backfill_id": release_id}
     events = [
-        _event(
+        event(
             table,
             o.hour,
             PUBLISH,
@@ -759,159 +685,6 @@ def _publish_release(
     return plan
 
 
-def ledger(spark: SparkSession, tables: Sequence[str] | None = None) -> list[dict]:
-    """Ledger events (of ``tables``), oldest first."""
-    df = audit.read(spark, audit.PUBLICATIONS)
-    if tables is not None:
-        df = df.where(F.col("table_name").isin(list(tables)))
-    return [r.asDict() for r in df.orderBy("recorded_at").collect()]
-
-
-def pending_transactions(spark: SparkSession) -> dict[str, list[dict]]:
-    """Transactions with ``prepare`` rows and no outcome (txn id -> their prepare rows): an
-    anti-join in Spark, so only the (usually zero) pending rows reach the driver."""
-    events = audit.read(spark, audit.PUBLICATIONS).withColumn(
-        "_txn", F.coalesce("txn_id", "event_id")
-    )
-    settled = events.where(F.col("phase") != PREPARE).select("_txn").distinct()
-    rows = (
-        events.where(F.col("phase") == PREPARE)
-        .join(settled, "_txn", "left_anti")
-        .orderBy("recorded_at")
-        .collect()
-    )
-    pending: dict[str, list[dict]] = {}
-    for row in rows:
-        event = row.asDict()
-        pending.setdefault(event.pop("_txn"), []).append(event)
-    return pending
-
-
-def recover(spark: SparkSession, warehouse_dir: str, tables: Iterable[str]) -> list[dict]:
-    """Settle crashed transactions as a whole (commit if every swap happened, else undo the
-    swaps that did and abort); returns the resolution rows written.
-
-    Only the transactions whose every table is in ``tables``: the caller holds the publish
-    locks of their layers, so none of them is still in flight in another run (a pending
-    transaction of a table whose lock another run holds may be that run's, between two
-    swaps: settling it would split it). The others are left for whoever holds their locks.
-    """
-    held = set(tables)
-    resolutions: list[dict] = []
-    for txn, events in pending_transactions(spark).items():
-        tables = sorted({e["table_name"] for e in events})
-        if not held.issuperset(tables):
-            continue
-        current = {t: partition_locations(spark, t) for t in tables}
-        swapped = [
-            e for e in events if current[e["table_name"]].get(e["hour"]) == e["new_location"]
-        ]
-        if len(swapped) == len(events):
-            resolutions += _stamp(events, COMMIT, reason=f"recovered after crash: commit {txn}")
-            continue
-        for table, moves in _by_table(swapped, undo=True):  # back to where the txn found them
-            swap_partitions(spark, table, moves)
-        for table in tables:
-            spark.catalog.refreshTable(table)
-        resolutions += _stamp(events, ABORT, reason=f"recovered after crash: undone {txn}")
-    audit.append(spark, warehouse_dir, audit.PUBLICATIONS, resolutions)
-    return resolutions
-
-
-# ------------------------------------------------------------------------ history, verify
-
-
-@dataclass
-class Entry:
-    """One published location in a (table, hour)'s history."""
-
-    location: str | None
-    release_id: str | None
-    event: dict
-
-
-def history(events: Sequence[dict]) -> dict[tuple[str, str], list[Entry]]:
-    """Per (table, hour), the stack of published locations: a committed publish pushes,
-    a committed rollback pops the rolled-back release's entries down to the location it
-    restored (a release published twice there is rolled back as a whole). The top is what
-    should be published now."""
-    committed = [e for e in events if e["phase"] == COMMIT]
-    stacks: dict[tuple[str, str], list[Entry]] = {}
-    for e in committed:
-        stack = stacks.setdefault((e["table_name"], e["hour"]), [])
-        if e["mode"] == ROLLBACK:
-            if stack:
-                stack.pop()
-            while (
-                stack
-                and stack[-1].release_id == e["backfill_id"]
-                and stack[-1].location != e["new_location"]
-            ):
-                stack.pop()
-        elif not stack or stack[-1].location != e["new_location"]:
-            stack.append(Entry(e["new_location"], e["backfill_id"], e))
-    return stacks
-
-
-def verify(spark: SparkSession, tables: Sequence[str]) -> list[str]:
-    """Disagreements between the ledger and the metastore, and split transactions."""
-    stacks = history(ledger(spark, tables))
-    pending = {
-        txn: [e for e in rows if e["table_name"] in tables]
-        for txn, rows in pending_transactions(spark).items()
-    }
-    pending = {txn: rows for txn, rows in pending.items() if rows}
-    problems = []
-    listed = {t: partition_locations(spark, t) for t in tables}  # one listing per table
-    for txn, prepared in pending.items():
-        moved = [e for e in prepared if listed[e["table_name"]].get(e["hour"]) == e["new_location"]]
-        if 0 < len(moved) < len(prepared):
-            problems.append(
-                f"transaction {txn} is split: {len(moved)} of {len(prepared)} swaps applied "
-                f"(run verify again to settle it)"
-            )
-    in_flight = {(e["table_name"], e["hour"]) for p in pending.values() for e in p}
-    for table in tables:
-        actual = listed[table]
-        keys = {h for (t, h) in stacks if t == table} | set(actual)
-        for hour in sorted(keys):
-            if (table, hour) in in_flight:
-                continue
-            stack = stacks.get((table, hour), [])
-            expected = stack[-1].location if stack else None
-            if actual.get(hour) != expected:
-                problems.append(
-                    f"{table} hour={hour}: metastore {actual.get(hour)} but ledger {expected}"
-                )
-    return problems
-
-
-def orphan_versions(spark: SparkSession) -> list[dict]:
-    """Shadow versions no published partition points to and no ledger event ever named
-    (failed, killed or never-published runs), with their size in rows."""
-    events = ledger(spark)
-    named = {e["new_location"] for e in events} | {e["previous_location"] for e in events}
-    named |= set(audit.deleted(spark))  # deleted by vacuum: no longer an orphan
-    rows = audit.read(spark, audit.SHADOW_PARTITIONS).collect()
-    orphans: dict[tuple[str, str], dict] = {}
-    for r in rows:
-        if r["location"] in named:
-            continue
-        entry = orphans.setdefault(
-            (r["table_name"], r["version"]),
-            {
-                "table_name": r["table_name"],
-                "version": r["version"],
-                "release_id": r["release_id"],
-                "hours": 0,
-                "rows": 0,
-            },
-        )
-        entry["hours"] += 1
-        entry["rows"] += int(r["row_count"] or 0)
-    return sorted(orphans.values(), key=lambda e: (e["table_name"], e["version"]))
-
-
 # ------------------------------------------------------------------------------ rollback
 
 
@@ -934,18 +707,8 @@ def _built_on(
     built on data no longer published."""
     if not locations:
         return []
-    readers = {
-        r["release_id"]
-        for r in audit.read(spark, audit.RELEASE_READS)
-        .where(
-            (F.col("source") == SOURCE_PUBLISHED)
-            & F.col("location").isin(sorted(locations))
-            & (F.col("release_id") != release_id)
-        )
-        .select("release_id")
-        .distinct()
-        .collect()
-    }
+    where = {"source": SOURCE_PUBLISHED, "location": locations}
+    readers = {r["release_id"] for r in _rows(spark, audit.RELEASE_READS, where)} - {release_id}
     live = {stack[-1].release_id for stack in stacks.values() if stack}
     return sorted(readers & live)
 
@@ -967,7 +730,7 @@ def rollback_release(
     With ``hour`` (and ``layer``, default the first): the release currently published there,
     so repeated rollbacks walk back through the ledger's history. Returns (release, events).
     """
-    with release_locks(warehouse_dir, [lay.name for lay in layers], run_id):
+    with database.fence(warehouse_dir, [lay.name for lay in layers]):
         return _rollback_release(
             spark, warehouse_dir, layers, release_id, hour, layer, run_id, manifest
         )
@@ -1044,7 +807,7 @@ def _rollback_release(
         )
     manifest = {**manifest, "reason": manifest.get("reason") or f"rollback of {release_id}"}
     events = [
-        _event(
+        event(
             table,
             hour_,
             ROLLBACK,

@@ -61,9 +61,9 @@ def test_vacuum_arguments_are_a_valid_config_of_the_vacuum_job(base_settings):
 
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers())
-    args = parser.parse_args(["vacuum", "--dry-run", "--compact-audit-min-files", "0"])
+    args = parser.parse_args(["vacuum", "--dry-run", "--rollback-depth", "0"])
     config = vacuum_config(args)
-    assert config["dry_run"] is True and config["compact_audit_min_files"] == 0
+    assert config["dry_run"] is True and config["rollback_depth"] == 0
     job = build_definitions(base_settings).resolve_job_def(VACUUM_JOB)
     assert dg.validate_run_config(job, {"ops": {VACUUM_OP: {"config": config}}})
 
