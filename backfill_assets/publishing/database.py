@@ -193,8 +193,15 @@ def _timeout_message(layer: str, timeout: float) -> str:
 
 @contextmanager
 def fence(warehouse_dir: str, layers: Sequence[str]) -> Iterator[None]:
-    """Hold the publish fence of ``layers`` (sorted, so two holders cannot deadlock)."""
-    db = engine(warehouse_dir)
+    """Hold the publish fence of ``layers`` in ``warehouse_dir``'s ledger database."""
+    with fence_on(engine(warehouse_dir), layers):
+        yield
+
+
+@contextmanager
+def fence_on(db: Engine, layers: Sequence[str]) -> Iterator[None]:
+    """Hold the publish fence of ``layers`` (sorted, so two holders cannot deadlock),
+    waiting at most ``BACKFILL_LOCK_TIMEOUT_SECONDS`` for each."""
     timeout = settings.lock_timeout_seconds()
     one = _postgres_fence if db.dialect.name == "postgresql" else _sqlite_fence
     with ExitStack() as stack:

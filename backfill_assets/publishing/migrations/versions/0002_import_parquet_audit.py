@@ -37,12 +37,20 @@ BATCH = 5000
 
 
 def _filesystem(warehouse_dir: str):
+    """(pyarrow file system, path in it) of the warehouse; S3 through the configured
+    endpoint and region, with the credentials of the environment."""
     import pyarrow.fs as pafs
 
-    if warehouse_dir.startswith(("s3a://", "s3://")):
-        bucket_path = warehouse_dir.split("://", 1)[1]
-        return pafs.S3FileSystem(), bucket_path
-    return pafs.LocalFileSystem(), warehouse_dir.removeprefix("file:")
+    from backfill_assets.settings import Settings
+
+    if not warehouse_dir.startswith(("s3a://", "s3://")):
+        return pafs.LocalFileSystem(), warehouse_dir.removeprefix("file:")
+    configured = Settings.from_env()
+    options: dict = {"region": configured.s3_region} if configured.s3_region else {}
+    if configured.s3_endpoint:
+        scheme, _, host = configured.s3_endpoint.rpartition("://")
+        options.update(endpoint_override=host, scheme=scheme or "https")
+    return pafs.S3FileSystem(**options), warehouse_dir.split("://", 1)[1]
 
 
 def _live_location(fs, audit_dir: str, name: str) -> str | None:
