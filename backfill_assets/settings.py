@@ -7,7 +7,8 @@
 - ``SPARK_CONF_DIR`` (``spark``): ``spark-defaults.conf``, profiles, ``log4j2.properties``.
 - ``BACKFILL_ENV`` (``local``): ``local`` or ``production`` (resources, Spark profile).
 - ``BACKFILL_SPARK_JARS`` (``<virtualenv>/share/backfill_assets/jars``): the S3A connector's
-  jars (``make jars``, deploy/spark-jars.txt), put on the driver's and executors' classpath.
+  jars and the ledger database's JDBC drivers (``make jars``, deploy/spark-jars.txt), put on
+  the driver's and executors' classpath.
 - ``BACKFILL_LEDGER_URL`` (``sqlite:///<DATA_ROOT>/ledger.sqlite``): the SQLAlchemy URL of
   the database holding the ledger and the audit tables (PostgreSQL in production:
   ``postgresql+psycopg2://user:password@host/db``); required when ``DATA_ROOT`` is a URI.

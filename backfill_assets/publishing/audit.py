@@ -96,7 +96,7 @@ OPEN = sa.Table(
     sa.Column("table_name", sa.Text, primary_key=True),
     sa.Column("txn_id", sa.Text, nullable=False),
     sa.Column("run_id", sa.Text),
-    sa.Column("opened_at", sa.DateTime(timezone=True)),
+    sa.Column("opened_at", database.UtcTime()),
 )
 
 _TYPES = {

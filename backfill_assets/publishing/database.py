@@ -26,6 +26,7 @@ import threading
 import zlib
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -36,11 +37,39 @@ from backfill_assets import settings
 OPEN_TRANSACTIONS = "open_transactions"
 _MIGRATIONS = Path(__file__).with_name("migrations")
 _LOCK = threading.Lock()
+
+
+class UtcTime(sa.types.TypeDecorator):
+    """A UTC time: ``timestamp with time zone`` on PostgreSQL; on SQLite ISO text
+    (``YYYY-MM-DD HH:MM:SS.ffffff``, UTC) declared ``TEXT``, so that it sorts in time order
+    and Spark's JDBC reader hands it over exactly, as a string (its SQLite driver misreads
+    sub-second digits and zones of a declared timestamp)."""
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: sa.Dialect) -> sa.types.TypeEngine:
+        if dialect.name == "sqlite":
+            return dialect.type_descriptor(sa.Text())
+        return dialect.type_descriptor(sa.DateTime(timezone=True))
+
+    def process_bind_param(self, value: datetime | None, dialect: sa.Dialect) -> object:
+        if value is None or dialect.name != "sqlite":
+            return value
+        aware = value if value.tzinfo else value.replace(tzinfo=UTC)
+        return aware.astimezone(UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
+
+    def process_result_value(self, value: object, dialect: sa.Dialect) -> datetime | None:
+        if value is None or dialect.name != "sqlite":
+            return value  # type: ignore[return-value]
+        return datetime.fromisoformat(str(value)).replace(tzinfo=UTC)
+
+
 _SQL_TYPES = {
     "string": sa.Text,
     "bigint": sa.BigInteger,
     "boolean": sa.Boolean,
-    "timestamp": lambda: sa.DateTime(timezone=True),
+    "timestamp": UtcTime,
 }
 
 
@@ -144,6 +173,22 @@ def transaction(warehouse_dir: str) -> Iterator[Connection]:
             yield connection
     except sa.exc.OperationalError as error:
         raise unavailable(str(db.url), error) from error
+
+
+def jdbc_options(warehouse_dir: str) -> dict[str, str]:
+    """How Spark's JDBC reader opens the ledger database (``url``, ``driver``, credentials):
+    the drivers are installed with the S3A jars (``make jars``, deploy/spark-jars.txt)."""
+    url = engine(warehouse_dir).url
+    if url.get_backend_name() == "sqlite":
+        return {"url": f"jdbc:sqlite:{url.database}", "driver": "org.sqlite.JDBC"}
+    if url.get_backend_name() == "postgresql":
+        options = {
+            "url": f"jdbc:postgresql://{url.host}:{url.port or 5432}/{url.database}",
+            "driver": "org.postgresql.Driver",
+        }
+        options.update({k: v for k, v in (("user", url.username), ("password", url.password)) if v})
+        return options
+    raise ValueError(f"ledger database {redacted(str(url))}: no JDBC driver for Spark's `sql`")
 
 
 # ------------------------------------------------------------------------------- fence

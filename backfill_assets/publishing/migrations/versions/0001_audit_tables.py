@@ -7,6 +7,8 @@ Revises:
 import sqlalchemy as sa
 from alembic import op
 
+from backfill_assets.publishing.database import UtcTime
+
 revision = "0001"
 down_revision = None
 branch_labels = None
@@ -61,7 +63,7 @@ TYPES = {
     "string": sa.Text,
     "bigint": sa.BigInteger,
     "boolean": sa.Boolean,
-    "timestamp": lambda: sa.DateTime(timezone=True),
+    "timestamp": UtcTime,  # timestamptz on PostgreSQL, UTC ISO text on SQLite
 }
 INDEXES = {
     "publications": [("table_name", "hour"), ("txn_id",), ("backfill_id",)],
@@ -88,7 +90,7 @@ def upgrade() -> None:
         sa.Column("table_name", sa.Text, primary_key=True),
         sa.Column("txn_id", sa.Text, nullable=False),
         sa.Column("run_id", sa.Text),
-        sa.Column("opened_at", sa.DateTime(timezone=True)),
+        sa.Column("opened_at", UtcTime()),
     )
 
 

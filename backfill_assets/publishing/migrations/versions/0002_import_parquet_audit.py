@@ -11,8 +11,12 @@ Revises: 0001
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import sqlalchemy as sa
 from alembic import context, op
+
+from backfill_assets.publishing.database import UtcTime
 
 revision = "0002"
 down_revision = "0001"
@@ -85,6 +89,13 @@ def _parquet_rows(fs, location: str) -> list[dict]:
     return ds.dataset(files, filesystem=fs, format="parquet").to_table().to_pylist()
 
 
+def _value(value: object, dialect: sa.Dialect) -> object:
+    """A time as revision 0001's columns store it (reflected, they are plain TEXT on SQLite)."""
+    if isinstance(value, datetime):
+        return UtcTime().process_bind_param(value, dialect)
+    return value
+
+
 def upgrade() -> None:
     warehouse_dir = context.config.attributes.get("warehouse_dir")
     if not warehouse_dir:
@@ -103,7 +114,10 @@ def upgrade() -> None:
         names = [c.name for c in table.columns if c.name != "_row"]
         found = _parquet_rows(fs, location)
         for start in range(0, len(found), BATCH):
-            batch = [{n: r.get(n) for n in names} for r in found[start : start + BATCH]]
+            batch = [
+                {n: _value(r.get(n), bind.dialect) for n in names}
+                for r in found[start : start + BATCH]
+            ]
             bind.execute(table.insert(), batch)
 
 
