@@ -40,9 +40,7 @@ def test_a_range_over_the_cap_is_refused_before_anything_runs(capsys, monkeypatc
     assert "49 hours, more than the cap of 24" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(
-    "flag", ["--max-age-days", "--rollback-depth", "--compact-audit-min-files"]
-)
+@pytest.mark.parametrize("flag", ["--max-age-days", "--rollback-depth"])
 def test_vacuum_refuses_negative_limits(flag, capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "never-created"))
     assert main(["vacuum", flag, "-1"]) == 2
