@@ -13,7 +13,6 @@ import threading
 
 SHADOW_WRITE = "shadow.write"  # inside the Spark job that writes a shadow table
 PUBLISH_SWAP = "publish.swap"  # after the first partition's pointer swap, before the rest
-AUDIT_COMPACTION = "audit.compaction"  # an audit table's old location sealed, not swapped
 
 
 def armed(name: str) -> bool:

@@ -7,7 +7,13 @@
 - ``SPARK_CONF_DIR`` (``spark``): ``spark-defaults.conf``, profiles, ``log4j2.properties``.
 - ``BACKFILL_ENV`` (``local``): ``local`` or ``production`` (resources, Spark profile).
 - ``BACKFILL_SPARK_JARS`` (``<virtualenv>/share/backfill_assets/jars``): the S3A connector's
-  jars (``make jars``, deploy/spark-jars.txt), put on the driver's and executors' classpath.
+  jars and the ledger database's JDBC drivers (``make jars``, deploy/spark-jars.txt), put on
+  the driver's and executors' classpath.
+- ``BACKFILL_LEDGER_URL`` (``sqlite:///<DATA_ROOT>/ledger.sqlite``): the SQLAlchemy URL of
+  the database holding the ledger and the audit tables (PostgreSQL in production:
+  ``postgresql+psycopg2://user:password@host/db``); required when ``DATA_ROOT`` is a URI.
+- ``BACKFILL_LOCK_TIMEOUT_SECONDS`` (900): how long a publish, rollback or ``verify`` waits
+  for another holder of a layer's publish fence before it fails naming the layer.
 - ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL`` (none: AWS): an S3-compatible endpoint,
   also for Spark's S3A (path-style requests); ``AWS_REGION`` / ``AWS_DEFAULT_REGION``: the
   region S3A signs for.
@@ -108,6 +114,44 @@ class Settings:
     @property
     def reports_dir(self) -> str:
         return f"{self.data_root}/reports"
+
+
+LEDGER_URL_ENV = "BACKFILL_LEDGER_URL"
+LEDGER_FILE = "ledger.sqlite"  # the default ledger database's file under DATA_ROOT
+LOCK_TIMEOUT_ENV = "BACKFILL_LOCK_TIMEOUT_SECONDS"
+DEFAULT_LOCK_TIMEOUT_SECONDS = 900.0
+
+
+def data_root_of(warehouse_dir: str) -> str:
+    """``DATA_ROOT`` of a warehouse directory (``<DATA_ROOT>/warehouse``)."""
+    root = warehouse_dir.rstrip("/").removesuffix("/warehouse")
+    return root.removeprefix("file:") if root.startswith("file:/") else root
+
+
+def ledger_url(warehouse_dir: str, env: Mapping[str, str] | None = None) -> str:
+    """The SQLAlchemy URL of the ledger database of ``warehouse_dir``: ``BACKFILL_LEDGER_URL``,
+    else a SQLite file under its ``DATA_ROOT`` (a URI ``DATA_ROOT`` needs the variable)."""
+    env = os.environ if env is None else env
+    url = env.get(LEDGER_URL_ENV, "").strip()
+    if url:
+        return url
+    root = data_root_of(warehouse_dir)
+    if is_uri(root):
+        raise ValueError(
+            f"DATA_ROOT {root} is not a local folder: set {LEDGER_URL_ENV} to the ledger's "
+            f"database (postgresql+psycopg2://...)"
+        )
+    return f"sqlite:///{root}/{LEDGER_FILE}"
+
+
+def lock_timeout_seconds(env: Mapping[str, str] | None = None) -> float:
+    """``BACKFILL_LOCK_TIMEOUT_SECONDS``: how long to wait for a layer's publish fence."""
+    env = os.environ if env is None else env
+    text = env.get(LOCK_TIMEOUT_ENV, "").strip()
+    try:
+        return float(text) if text else DEFAULT_LOCK_TIMEOUT_SECONDS
+    except ValueError:
+        raise ValueError(f"{LOCK_TIMEOUT_ENV}={text!r} is not a number of seconds") from None
 
 
 # What a backup file may cost to read (``ReadLimits``): its environment variables.

@@ -35,6 +35,9 @@ HELD_BACK = f"{PREFIX}/held_back_hours"
 REFUSED = f"{PREFIX}/refused"
 ESTIMATE_SECONDS = f"{PREFIX}/estimate_seconds"  # the CLI's estimate before launching
 DAGSTER_BACKFILL = "dagster/backfill"
+# The Dagster concurrency pool of every publish, rollback and vacuum step (limit 1 in the
+# instance configs): one at a time per deployment.
+PUBLISH_POOL = "publish"
 # the sensor that launched a run or backfill: the UI shows "launched by" it and lists the
 # runs on the sensor's page
 DAGSTER_SENSOR = "dagster/sensor_name"

@@ -113,6 +113,16 @@ def empty_warehouse(spark, settings: Settings) -> None:
             spark.sql(f"DROP DATABASE IF EXISTS {row[0]} CASCADE")
     spark.catalog.clearCache()
     shutil.rmtree(settings.warehouse_dir, ignore_errors=True)
+    empty_ledger(settings.warehouse_dir)
+
+
+def empty_ledger(warehouse_dir: str) -> None:
+    """Every row of the ledger database deleted (its schema stays, at the newest revision)."""
+    from backfill_assets.publishing import audit, database
+
+    with database.transaction(warehouse_dir) as connection:
+        for table in audit.METADATA.sorted_tables:
+            connection.execute(table.delete())
 
 
 @pytest.fixture

@@ -80,9 +80,7 @@ def run(args: argparse.Namespace) -> int:
     instance = get_instance(settings)
     keys = {layer.name: launch.layer_keys(defs, layer.name) for layer in layers}
     if args.source == "ledger":
-        from backfill_assets.resources.spark import spark_session
-
-        published = state.published_from_ledger(spark_session(settings), layers, window.hours)
+        published = state.published_from_ledger(settings.warehouse_dir, layers, window.hours)
     else:
         published = state.published_from_instance(instance, layers, window.hours)
     result = state.reconcile(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 
 from backfill_assets.cli.main import CommandError
 
@@ -78,8 +77,7 @@ def run_rollback(args: argparse.Namespace) -> int:
 
 def run_verify(args: argparse.Namespace) -> int:
     from backfill_assets.layers.registry import LAYERS
-    from backfill_assets.publishing import publisher
-    from backfill_assets.publishing.lock import release_locks
+    from backfill_assets.publishing import database, publisher
     from backfill_assets.resources.spark import spark_session
     from backfill_assets.settings import Settings
 
@@ -87,11 +85,9 @@ def run_verify(args: argparse.Namespace) -> int:
     spark = spark_session(settings)
     layers = list(LAYERS.values())
     tables = publisher.published_tables(layers)
-    # Every layer's publish lock while settling: a pending transaction of a layer another
+    # Every layer's publish fence while settling: a pending transaction of a layer another
     # run is publishing is that run's, between two swaps, not a crashed one.
-    with release_locks(
-        settings.warehouse_dir, [layer.name for layer in layers], f"verify (pid {os.getpid()})"
-    ):
+    with database.fence(settings.warehouse_dir, [layer.name for layer in layers]):
         settled = publisher.recover(spark, settings.warehouse_dir, tables)
     for e in settled:
         print(

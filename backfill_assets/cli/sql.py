@@ -268,14 +268,30 @@ def _plain(value: object) -> object:
     return value
 
 
+JDBC_CATALOG = "org.apache.spark.sql.execution.datasources.v2.jdbc.JDBCTableCatalog"
+
+
+def ledger_catalog(spark: SparkSession, warehouse_dir: str) -> None:
+    """The ledger database as Spark's catalog ``audit``: ``audit.publications`` and the other
+    audit tables are read from it through JDBC, joinable with the published tables."""
+    from backfill_assets.publishing import database
+    from backfill_assets.publishing.tables import AUDIT_DB
+
+    spark.conf.set(f"spark.sql.catalog.{AUDIT_DB}", JDBC_CATALOG)
+    for key, value in database.jdbc_options(warehouse_dir).items():
+        spark.conf.set(f"spark.sql.catalog.{AUDIT_DB}.{key}", value)
+
+
 def run(args: argparse.Namespace) -> int:
     from pyspark.errors import PySparkException
 
     from backfill_assets.resources.spark import spark_session
     from backfill_assets.settings import Settings
 
-    spark = spark_session(Settings.from_env())
+    settings = Settings.from_env()
+    spark = spark_session(settings)
     check_read_only(spark, args.query)
+    ledger_catalog(spark, settings.warehouse_dir)
     run_sql_on_files = spark.conf.get(_RUN_SQL_ON_FILES)
     spark.conf.set(_RUN_SQL_ON_FILES, "false")  # Spark refuses `format`.`path` as well
     try:

@@ -8,7 +8,7 @@ from backfill_assets.cli.main import CommandError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from backfill_assets.publishing import compaction, retention
+    from backfill_assets.publishing import retention
 
     p = subparsers.add_parser(
         "vacuum",
@@ -17,9 +17,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "unpublished ones (dry runs, rolled back) older than --max-age-days and superseded "
         "ones deeper than --rollback-depth beneath each published hour. Never a published "
         "version or a rollback target. Each deletion is recorded in audit.deletions. Runs "
-        "as a Dagster run of the vacuum job (its schedule, vacuum_daily, runs the same). "
-        "Then each audit table of --compact-audit-min-files files or more is rewritten as one "
-        "file, while builds may go on appending.",
+        "as a Dagster run of the vacuum job (its schedule, vacuum_daily, runs the same).",
     )
     p.add_argument("--dry-run", action="store_true", help="list what would go, with sizes")
     p.add_argument(
@@ -34,21 +32,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=retention.DEFAULT_ROLLBACK_DEPTH,
         help="superseded versions kept beneath each published hour (default %(default)s)",
     )
-    p.add_argument(
-        "--compact-audit-min-files",
-        type=int,
-        default=compaction.DEFAULT_MIN_FILES,
-        help="compact an audit table of this many files or more into one (0: never; "
-        "default %(default)s)",
-    )
     p.set_defaults(handler=run_vacuum, validate=validate)
 
 
 def validate(args: argparse.Namespace) -> None:
-    if args.max_age_days < 0 or args.rollback_depth < 0 or args.compact_audit_min_files < 0:
-        raise CommandError(
-            "--max-age-days, --rollback-depth and --compact-audit-min-files must not be negative"
-        )
+    if args.max_age_days < 0 or args.rollback_depth < 0:
+        raise CommandError("--max-age-days and --rollback-depth must not be negative")
 
 
 def run_vacuum(args: argparse.Namespace) -> int:
@@ -68,5 +57,4 @@ def vacuum_config(args: argparse.Namespace) -> dict:
         "dry_run": bool(args.dry_run),
         "max_age_days": float(args.max_age_days),
         "rollback_depth": int(args.rollback_depth),
-        "compact_audit_min_files": int(args.compact_audit_min_files),
     }

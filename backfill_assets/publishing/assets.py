@@ -25,11 +25,11 @@ from backfill_assets.layers.common import json_metadata, refuse, run_lineage
 from backfill_assets.layers.registry import LAYERS
 from backfill_assets.partitions import InvalidHourError, hour_range, hourly_partitions, parse_hour
 from backfill_assets.publishing import audit, erasure, gates, publisher
-from backfill_assets.publishing.lock import PUBLISH_POOL
 from backfill_assets.publishing.tables import table_key
 from backfill_assets.resources.launch_form import LaunchForm
 from backfill_assets.resources.spark import usage_metadata
 from backfill_assets.resources.warehouse import Warehouse
+from backfill_assets.tags import PUBLISH_POOL
 
 PUBLISH = dg.AssetKey(["release", "publish"])
 GROUP = "release"

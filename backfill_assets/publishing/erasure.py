@@ -34,8 +34,7 @@ from collections.abc import Mapping, Sequence
 from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 
-from backfill_assets.publishing import audit, publisher, retention
-from backfill_assets.publishing.lock import release_locks
+from backfill_assets.publishing import audit, database, publisher, retention
 from backfill_assets.publishing.tables import partition_locations, table_exists
 
 ENV_SALT = "BACKFILL_ERASURE_SALT"
@@ -106,17 +105,13 @@ def line_erased(wanted: Sequence[str], salt_: str) -> Column:
 
 def digests(spark: SparkSession) -> list[str]:
     """Every recorded erasure's digest (no Spark job when nothing was ever erased)."""
-    if not table_exists(spark, audit.ERASURES):
-        return []
-    rows = audit.read(spark, audit.ERASURES).select("user_digest").distinct().collect()
-    return sorted(r["user_digest"] for r in rows)
+    rows = audit.rows(audit.warehouse_of(spark), audit.ERASURES)
+    return sorted({r["user_digest"] for r in rows})
 
 
 def erased_counts(spark: SparkSession, version: str) -> dict[tuple[str, int], int]:
     """(hour, client_id) -> lines the raw build of ``version`` left out as erased."""
-    if not table_exists(spark, audit.ERASED_LINES):
-        return {}
-    rows = audit.read(spark, audit.ERASED_LINES).where(F.col("version") == version).collect()
+    rows = audit.rows(audit.warehouse_of(spark), audit.ERASED_LINES, {"version": version})
     return {(r["hour"], int(r["client_id"])): int(r["lines"]) for r in rows}
 
 
@@ -154,12 +149,8 @@ def hours_holding(
 
 def releases_requested(spark: SparkSession, release_id: str) -> list[dict]:
     """The erasures that requested ``release_id``."""
-    if not table_exists(spark, audit.ERASURES):
-        return []
-    rows = audit.read(spark, audit.ERASURES).where(
-        (F.col("event") == RELEASE_REQUESTED) & (F.col("release_id") == release_id)
-    )
-    return [r.asDict() for r in rows.collect()]
+    where = {"event": RELEASE_REQUESTED, "release_id": release_id}
+    return audit.rows(audit.warehouse_of(spark), audit.ERASURES, where)
 
 
 def purge(
@@ -175,7 +166,7 @@ def purge(
 
     One job per shadow table that names users (whatever the number of versions), one
     listing per published table."""
-    with release_locks(warehouse_dir, [layer.name for layer in layers], run_id):
+    with database.fence(warehouse_dir, [layer.name for layer in layers]):
         published = publisher.published_tables(layers)
         publisher.recover(spark, warehouse_dir, published)
         wanted = digests(spark)
@@ -191,11 +182,10 @@ def purge(
         holding = {(t, r["hour"], r["version"]) for t, rows in found.items() for r in rows}
         if not holding:
             return [], []
-        written = (
-            audit.read(spark, audit.SHADOW_PARTITIONS)
-            .where(F.col("table_name").isin(sorted({t for t, _, _ in holding})))
-            .where(F.col("version").isin(sorted({v for _, _, v in holding})))
-            .collect()
+        written = audit.rows(
+            warehouse_dir,
+            audit.SHADOW_PARTITIONS,
+            {"table_name": {t for t, _, _ in holding}, "version": {v for _, _, v in holding}},
         )
         gone = audit.deleted(spark)
         deletions, still_live, seen = [], set(), set(gone)

@@ -25,10 +25,8 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
-from backfill_assets.publishing import audit, publisher
-from backfill_assets.publishing.lock import release_locks
+from backfill_assets.publishing import audit, database, publisher
 from backfill_assets.publishing.tables import partition_locations, partition_spec
 
 DEFAULT_MAX_AGE_DAYS = 7.0
@@ -83,20 +81,7 @@ def plan(
     ever_published = {e["new_location"] for e in events if e["new_location"]}
     gone = audit.deleted(spark)
 
-    rows = (
-        audit.read(spark, audit.SHADOW_PARTITIONS)
-        .where(F.col("table_name").isin(shadows))
-        .groupBy("table_name", "hour", "version", "location")
-        .agg(
-            F.max("row_count").alias("row_count"),
-            F.max("release_id").alias("release_id"),
-            F.max("written_at").alias("written_at"),
-        )
-        .withColumn("old", F.col("written_at") < F.lit(now - max_age))
-        .withColumn("written", F.date_format("written_at", "yyyy-MM-dd HH:mm 'UTC'"))
-        .orderBy("table_name", "hour", "version")
-        .collect()
-    )
+    rows = _versions(spark, shadows, now - max_age)
     deletions = []
     for r in rows:
         location = r["location"]
@@ -129,6 +114,29 @@ def plan(
     return sized(spark, deletions)
 
 
+def _versions(spark: SparkSession, shadows: Sequence[str], cutoff: datetime) -> list[dict]:
+    """One row per shadow version (table, hour, version, location) written to ``shadows``,
+    in that order, with ``old`` (written before ``cutoff``) and ``written`` (its time)."""
+    where = {"table_name": list(shadows)}
+    found: dict[tuple, dict] = {}
+    for r in audit.rows(audit.warehouse_of(spark), audit.SHADOW_PARTITIONS, where):
+        key = (r["table_name"], r["hour"], r["version"], r["location"])
+        entry = found.setdefault(key, {**r, "row_count": None, "release_id": None})
+        for name in ("row_count", "release_id", "written_at"):
+            if r[name] is not None and (entry[name] is None or r[name] > entry[name]):
+                entry[name] = r[name]
+    for entry in found.values():
+        entry["old"] = entry["written_at"] < cutoff
+        entry["written"] = f"{entry['written_at']:%Y-%m-%d %H:%M} UTC"
+    return [found[key] for key in sorted(found)]
+
+
+def hadoop_path(spark: SparkSession, location: str):
+    """(Hadoop FileSystem, Path) of ``location``: the file system Spark reads it with."""
+    path = spark._jvm.org.apache.hadoop.fs.Path(location)
+    return path.getFileSystem(spark._jsc.hadoopConfiguration()), path
+
+
 def vacuum(
     spark: SparkSession,
     warehouse_dir: str,
@@ -140,9 +148,9 @@ def vacuum(
     run_id: str,
     dry_run: bool = False,
 ) -> list[Deletion]:
-    """Plan and (unless ``dry_run``) delete, holding every layer's publish lock so no
+    """Plan and (unless ``dry_run``) delete, holding every layer's publish fence so no
     publish or rollback moves a pointer meanwhile; returns what was (or would be) deleted."""
-    with release_locks(warehouse_dir, [layer.name for layer in layers], run_id):
+    with database.fence(warehouse_dir, [layer.name for layer in layers]):
         # settle a crashed transaction first
         publisher.recover(spark, warehouse_dir, publisher.published_tables(layers))
         deletions = plan(spark, layers, max_age=max_age, rollback_depth=rollback_depth, now=now)
@@ -170,7 +178,7 @@ def delete(
             spark.sql(f"ALTER TABLE {table} DROP IF EXISTS {specs}")
         spark.catalog.refreshTable(table)
     for d in deletions:
-        filesystem, path = audit.hadoop_path(spark, d.location)
+        filesystem, path = hadoop_path(spark, d.location)
         filesystem.delete(path, True)
     deleted_at = audit.now()
     audit.append(
@@ -185,7 +193,7 @@ def sized(spark: SparkSession, deletions: list[Deletion]) -> list[Deletion]:
     """The bytes each version's folder holds (0 if already gone)."""
     result = []
     for d in deletions:
-        filesystem, path = audit.hadoop_path(spark, d.location)
+        filesystem, path = hadoop_path(spark, d.location)
         size = filesystem.getContentSummary(path).getLength() if filesystem.exists(path) else 0
         result.append(Deletion(**{**asdict(d), "bytes": int(size)}))
     return result

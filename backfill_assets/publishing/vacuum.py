@@ -1,5 +1,4 @@
-"""The ``vacuum`` job and its daily schedule: retention of shadow versions (``retention``)
-and compaction of the audit tables (``compaction``).
+"""The ``vacuum`` job and its daily schedule: retention of shadow versions (``retention``).
 
 ``backfill-assets vacuum`` submits a run of this job; the schedule (stopped unless
 ``BACKFILL_VACUUM_SCHEDULE=on``, or started in the UI) runs it every day at 03:30 UTC with
@@ -15,10 +14,10 @@ from pydantic import Field
 
 from backfill_assets import tags
 from backfill_assets.layers.registry import LAYERS
-from backfill_assets.publishing import audit, compaction, retention
-from backfill_assets.publishing.lock import PUBLISH_POOL
+from backfill_assets.publishing import audit, retention
 from backfill_assets.reporting.report import format_bytes
 from backfill_assets.resources.warehouse import Warehouse
+from backfill_assets.tags import PUBLISH_POOL
 from backfill_assets.text import markdown_text
 
 VACUUM_JOB = "vacuum"
@@ -42,12 +41,6 @@ class VacuumConfig(dg.Config):
         default=retention.DEFAULT_ROLLBACK_DEPTH,
         ge=0,
         description="superseded versions kept beneath each published hour (rollback targets)",
-    )
-    compact_audit_min_files: int = Field(
-        default=compaction.DEFAULT_MIN_FILES,
-        ge=0,
-        description="audit tables with at least this many files are rewritten as one file "
-        "(appends go on meanwhile; 0: never)",
     )
 
 
@@ -87,7 +80,6 @@ def vacuum_op(context: dg.OpExecutionContext, config: VacuumConfig, warehouse: W
     for line in lines:
         context.log.info(f"{verb} {line}")
     context.log.info(f"vacuum {verb} {total}")
-    compactions = compact_audit(context, warehouse, config)
     table = "\n".join(
         f"| {d.table_name} | {d.hour} | {d.version} | {d.row_count:,} | {d.bytes:,} "
         f"| {markdown_text(d.reason)} |"
@@ -104,61 +96,14 @@ def vacuum_op(context: dg.OpExecutionContext, config: VacuumConfig, warehouse: W
                 "| table | hour | version | rows | bytes | reason |\n|---|---|---|---|---|---|\n"
                 + table
             ),
-            "audit_tables_compacted": sum(c.outcome == compaction.COMPACTED for c in compactions),
-            "audit_compaction": dg.MetadataValue.md(
-                "| table | files | outcome | rows | carried | location |\n"
-                "|---|---|---|---|---|---|\n"
-                + "\n".join(
-                    f"| {c.table} | {c.files} | {c.outcome} {markdown_text(c.detail)} | {c.rows} "
-                    f"| {c.carried} | {markdown_text(c.location)} |"
-                    for c in compactions
-                )
-            ),
         },
     )
-
-
-def compact_audit(
-    context: dg.OpExecutionContext, warehouse: Warehouse, config: VacuumConfig
-) -> list[compaction.Compaction]:
-    """Each audit table with ``compact_audit_min_files`` files or more, as one file (a dry
-    run lists them); superseded locations past their grace deleted. Logged per table."""
-    if not config.compact_audit_min_files:
-        return []
-    done = []
-    for table in audit.TABLES:
-        result = compaction.compact(
-            warehouse.spark,
-            warehouse.warehouse_dir,
-            table,
-            min_files=config.compact_audit_min_files,
-            dry_run=config.dry_run,
-            progress=lambda step, table=table: context.log.debug(f"{table}: {step}"),
-        )
-        if result is None:
-            continue
-        done.append(result)
-        for where in result.deleted:
-            context.log.info(f"{table}: deleted {where} (superseded by a compaction)")
-        if result.outcome == compaction.COMPACTED:
-            context.log.info(
-                f"{table}: {result.files} file(s) compacted into one ({result.rows:,} rows) at "
-                f"{result.location}; {result.carried} batch(es) appended meanwhile carried along"
-            )
-        elif result.outcome == compaction.WOULD_COMPACT:
-            context.log.info(f"{table}: would compact {result.files} file(s) into one")
-        elif result.outcome == compaction.GAVE_UP:
-            context.log.warning(
-                f"{table}: compaction gave up, the table is unchanged: {result.detail}"
-            )
-    return done
 
 
 @dg.job(
     name=VACUUM_JOB,
     description="Retention: delete old unpublished and deeply superseded shadow versions, "
-    "never a published one or a rollback target (dry_run lists them with sizes); compact "
-    "the audit tables' files.",
+    "never a published one or a rollback target (dry_run lists them with sizes).",
     tags={tags.MODE: "vacuum"},
 )
 def vacuum_job():

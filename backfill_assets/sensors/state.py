@@ -38,7 +38,7 @@ from backfill_assets.sensors.findings import (
 )
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    pass
 
 _READ_FILE = re.compile(r"raw/(date=[^/]+/hour=[0-9]{2})/client_id=([0-9]+)/([^/]+)")  # fullmatch
 PAGE = 500
@@ -269,39 +269,37 @@ def published_from_instance(
 
 
 def published_from_ledger(
-    spark: SparkSession,
+    warehouse_dir: str,
     layers: Sequence[Layer],
     hours: Sequence[str],
 ) -> dict[str, dict[str, Published]]:
     """Published partitions of ``layers`` in ``hours`` from the ledger: the last committed
     event per (table, hour), joined to ``audit.shadow_partitions`` by location (a rollback
-    event names the location, not the version). One Spark action over the audit tables."""
-    from pyspark.sql import Window as SparkWindow
-    from pyspark.sql import functions as F
-
+    event names the location, not the version). Database queries, no Spark."""
     from backfill_assets.publishing import audit
     from backfill_assets.publishing.publisher import COMMIT
-    from backfill_assets.publishing.tables import table_exists
 
     table_layer = {table: layer.name for layer in layers for _, table in layer.pairs}
-    ledger = audit.read(spark, audit.PUBLICATIONS).where(
-        (F.col("phase") == COMMIT)
-        & F.col("table_name").isin(list(table_layer))
-        & F.col("hour").isin(list(hours))
-    )
-    last = ledger.withColumn(
-        "rank",
-        F.row_number().over(
-            SparkWindow.partitionBy("table_name", "hour").orderBy(F.col("recorded_at").desc())
-        ),
-    ).where(F.col("rank") == 1)
-    shadows = audit.read(spark, audit.SHADOW_PARTITIONS).select(
-        F.col("location").alias("new_location"),
-        F.col("version").alias("shadow_version"),
-        F.col("row_count").alias("shadow_rows"),
-        F.col("code_version").alias("shadow_code"),
-    )
-    rows = last.join(shadows, "new_location", "left").collect()
+    where = {"phase": COMMIT, "table_name": list(table_layer), "hour": list(hours)}
+    last: dict[tuple[str, str], dict] = {}
+    for event in audit.rows(warehouse_dir, audit.PUBLICATIONS, where, "recorded_at"):
+        last[(event["table_name"], event["hour"])] = event  # the newest wins
+    located = {e["new_location"] for e in last.values() if e["new_location"]}
+    shadows = {
+        r["location"]: r
+        for r in audit.rows(warehouse_dir, audit.SHADOW_PARTITIONS, {"location": located})
+    }
+    rows = []
+    for event in last.values():
+        shadow = shadows.get(event["new_location"], {})
+        rows.append(
+            {
+                **event,
+                "shadow_version": shadow.get("version"),
+                "shadow_rows": shadow.get("row_count"),
+                "shadow_code": shadow.get("code_version"),
+            }
+        )
 
     main_table = {layer.name: layer.pairs[0][1] for layer in layers}
     by_hour: dict[tuple[str, str], dict[str, Any]] = {}
@@ -315,15 +313,10 @@ def published_from_ledger(
         if row["table_name"] == main_table[layer]:
             entry["row"] = row
     erased: dict[tuple[str, str], int] = {}  # (hour, version) -> lines left out as erased
-    if table_exists(spark, audit.ERASED_LINES):
-        for r in (
-            audit.read(spark, audit.ERASED_LINES)
-            .where(F.col("hour").isin(list(hours)))
-            .groupBy("hour", "version")
-            .agg(F.sum("lines").alias("lines"))
-            .collect()
-        ):
-            erased[(r["hour"], r["version"])] = int(r["lines"] or 0)
+    for r in audit.rows(warehouse_dir, audit.ERASED_LINES, {"hour": list(hours)}):
+        erased[(r["hour"], r["version"])] = erased.get((r["hour"], r["version"]), 0) + int(
+            r["lines"] or 0
+        )
     result: dict[str, dict[str, Published]] = {layer.name: {} for layer in layers}
     for (layer, hour), entry in by_hour.items():
         row = entry["row"]

@@ -40,9 +40,7 @@ def test_a_range_over_the_cap_is_refused_before_anything_runs(capsys, monkeypatc
     assert "49 hours, more than the cap of 24" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(
-    "flag", ["--max-age-days", "--rollback-depth", "--compact-audit-min-files"]
-)
+@pytest.mark.parametrize("flag", ["--max-age-days", "--rollback-depth"])
 def test_vacuum_refuses_negative_limits(flag, capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "never-created"))
     assert main(["vacuum", flag, "-1"]) == 2
@@ -61,9 +59,9 @@ def test_vacuum_arguments_are_a_valid_config_of_the_vacuum_job(base_settings):
 
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers())
-    args = parser.parse_args(["vacuum", "--dry-run", "--compact-audit-min-files", "0"])
+    args = parser.parse_args(["vacuum", "--dry-run", "--rollback-depth", "0"])
     config = vacuum_config(args)
-    assert config["dry_run"] is True and config["compact_audit_min_files"] == 0
+    assert config["dry_run"] is True and config["rollback_depth"] == 0
     job = build_definitions(base_settings).resolve_job_def(VACUUM_JOB)
     assert dg.validate_run_config(job, {"ops": {VACUUM_OP: {"config": config}}})
 

@@ -14,6 +14,7 @@ import pytest
 
 from backfill_assets.cli.main import main
 from backfill_assets.cli.sql import _calls_java, check_read_only
+from backfill_assets.publishing import audit
 from backfill_assets.publishing.audit import PUBLICATIONS
 from backfill_assets.publishing.tables import partition_locations
 
@@ -30,13 +31,14 @@ def _files(root: Path) -> dict[str, tuple[str, int]]:
 
 
 def _state(spark, warehouse_dir: str) -> dict:
-    for table in ("raw.payloads", PUBLICATIONS):
-        spark.catalog.refreshTable(table)
+    spark.catalog.refreshTable("raw.payloads")
     return {
         "payloads": sorted(
             tuple(r) for r in spark.table("raw.payloads").select("hour", "payload_id").collect()
         ),
-        "ledger": sorted(tuple(str(v) for v in r) for r in spark.table(PUBLICATIONS).collect()),
+        "ledger": sorted(
+            tuple(str(v) for v in r.values()) for r in audit.rows(warehouse_dir, PUBLICATIONS)
+        ),
         "locations": partition_locations(spark, "raw.payloads"),
         "files": _files(Path(warehouse_dir)),
     }

@@ -1,11 +1,21 @@
-"""Audit appends: one file per batch, read back whole, typed as the table says."""
+"""Audit appends in the ledger database: read back whole and typed, with and without Spark;
+the Parquet audit tables an earlier version wrote are imported once, every row."""
 
 from __future__ import annotations
 
+import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 
-from backfill_assets.publishing import audit
+import pytest
+import sqlalchemy as sa
+
+from backfill_assets import settings
+from backfill_assets.publishing import audit, database
+
+# Written by the previous version's Parquet writer (``audit.append`` and a compaction of the
+# ledger, then appends into the compacted location, one of them a crashed publish's prepare).
+LEGACY = Path(__file__).parent / "fixtures" / "parquet_audit"
 
 
 def _rows(n: int, run: str) -> list[dict]:
@@ -30,23 +40,58 @@ def test_batches_are_read_back_whole_and_typed(spark, warehouse, base_settings) 
     audit.append(spark, base_settings.warehouse_dir, audit.CHECK_RESULTS, [])
     audit.append(spark, base_settings.warehouse_dir, audit.CHECK_RESULTS, _rows(2, "r2"))
 
+    found = audit.rows(base_settings.warehouse_dir, audit.CHECK_RESULTS, {"run_id": "r1"})
+    assert [r["hour"][-2:] for r in found] == ["00", "01", "02"]
+    assert found[1]["passed"] is False and found[1]["detail"] == "ünïcode ✓"
+    assert found[1]["checked_at"] == datetime(2026, 11, 20, 1, 2, 3, 456789, UTC)
+
     frame = audit.read(spark, audit.CHECK_RESULTS)
     assert frame.schema == audit.schema(audit.CHECK_RESULTS)
-    got = sorted(tuple(r) for r in frame.collect())
-    assert len(got) == 5
+    assert frame.count() == 5
     first = next(r for r in frame.collect() if r["run_id"] == "r1" and r["hour"].endswith("01"))
-    assert first["passed"] is False and first["detail"] == "ünïcode ✓"
     assert first["checked_at"].astimezone(UTC) == datetime(2026, 11, 20, 1, 2, 3, 456789, UTC)
-
-    # a writer killed before its rename leaves a hidden file that no reader counts
-    directory = Path(base_settings.warehouse_dir) / "audit" / "check_results"
-    files = sorted(p.name for p in directory.iterdir() if p.suffix == ".parquet")
-    assert len(files) == 2
-    (directory / f"_{files[0]}").write_bytes((directory / files[0]).read_bytes()[:100])
-    assert audit.read(spark, audit.CHECK_RESULTS).count() == 5
 
 
 def test_an_audit_table_never_written_reads_empty(spark, warehouse) -> None:
     frame = audit.read(spark, audit.PUBLICATIONS)
     assert frame.count() == 0
     assert frame.schema == audit.schema(audit.PUBLICATIONS)
+
+
+def test_a_parquet_ledger_of_the_previous_version_is_imported_once_every_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    warehouse_dir = str(tmp_path / "data" / "warehouse")
+    shutil.copytree(LEGACY, f"{warehouse_dir}/audit")
+    monkeypatch.delenv(settings.LEDGER_URL_ENV, raising=False)
+
+    ledger = audit.rows(warehouse_dir, audit.PUBLICATIONS, order_by="recorded_at")
+    # 6 publishes (prepare + commit) before the compaction, a crashed prepare after it
+    assert len(ledger) == 13
+    assert [e["event_id"] for e in ledger[-3:]] == ["e5", "e5", "e9"]
+    assert ledger[0]["reason"] == "ünïcode ✓" and ledger[0]["row_count"] == 10
+    assert ledger[0]["recorded_at"] == datetime(2026, 11, 20, 5, 0, tzinfo=UTC)
+    assert len(audit.rows(warehouse_dir, audit.SHADOW_PARTITIONS)) == 4
+    assert [r["passed"] for r in audit.rows(warehouse_dir, audit.CHECK_RESULTS)] == [False]
+
+    # once: a process starting on the upgraded database imports nothing again
+    url = settings.ledger_url(warehouse_dir)
+    assert url == f"sqlite:///{tmp_path}/data/{settings.LEDGER_FILE}"
+    database._upgraded.cache_clear()
+    assert len(audit.rows(warehouse_dir, audit.PUBLICATIONS)) == 13
+    with sa.create_engine(url).connect() as connection:
+        revision = connection.execute(
+            sa.text("SELECT version_num FROM audit_schema_version")
+        ).scalar()
+    assert revision == "0002"
+
+
+def test_an_unreachable_ledger_database_is_named_in_one_line(tmp_path, monkeypatch) -> None:
+    folder = tmp_path / "not-a-database"
+    folder.mkdir()
+    monkeypatch.setenv(settings.LEDGER_URL_ENV, f"sqlite:///{folder}")
+    with pytest.raises(database.LedgerUnavailable) as error:
+        audit.rows(str(tmp_path / "data" / "warehouse"), audit.PUBLICATIONS)
+    assert str(error.value) == (
+        f"ledger database sqlite:///{folder} unavailable: unable to open database file"
+    )

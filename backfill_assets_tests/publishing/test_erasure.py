@@ -146,7 +146,7 @@ def test_an_erased_user_is_rebuilt_out_of_every_layer_and_purged_from_every_vers
     layers = list(LAYERS.values())
     for published in (
         state.published_from_instance(instance, layers, window.hours),
-        state.published_from_ledger(spark, layers, window.hours),
+        state.published_from_ledger(audit.warehouse_of(spark), layers, window.hours),
     ):
         result = state.reconcile(store, published, layers, window, config, source="test")
         assert [f.detail for f in result.findings if f.kind == COUNT_MISMATCH] == []

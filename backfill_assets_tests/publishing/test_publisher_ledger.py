@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from backfill_assets import faults
+from backfill_assets import faults, settings
 from backfill_assets.checks import common
 from backfill_assets.layers.registry import LAYERS
 from backfill_assets.publishing import audit, publisher
@@ -318,3 +318,46 @@ def test_an_hour_read_as_empty_and_published_since_refuses_the_release(spark, wh
     ):
         publish(spark, wh, "r1", [TRANSFORMED])
     assert live(spark)["transformed.payloads"] == ""
+
+
+def test_the_ledger_database_unreachable_mid_publish_leaves_nothing_split(
+    spark, wh, base_settings, monkeypatch
+):
+    """The database goes away after the swaps, before the commit: the swaps are undone and
+    the publish fails in one line naming the database and the cause; once it is back the
+    next recovery aborts the prepared transaction and the release publishes."""
+    full_release(spark, wh, "r0", "v0")
+    publish(spark, wh, "r0")
+    full_release(spark, wh, "r1", "v1")
+    db = Path(base_settings.data_root) / settings.LEDGER_FILE
+    moved = db.with_name("moved-away.sqlite")
+    checkpoint = faults.checkpoint
+
+    def unreachable(name: str) -> None:
+        if name == f"{faults.PUBLISH_SWAP}.{len(TABLES) - 1}":  # every table swapped
+            db.rename(moved)
+            db.mkdir()  # the path opens no database
+        checkpoint(name)
+
+    monkeypatch.setattr(faults, "checkpoint", unreachable)
+    with pytest.raises(publisher.PublishError) as error:
+        publish(spark, wh, "r1")
+    message = str(error.value)
+    assert "\n" not in message
+    assert re.fullmatch(
+        r"transaction \w+ not committed, its swaps undone \(nothing published\): ledger "
+        rf"database sqlite:///{db} unavailable: unable to open database file",
+        message,
+    ), message
+    assert set(live(spark).values()) == {"v0"}
+
+    db.rmdir()
+    moved.rename(db)
+    monkeypatch.setattr(faults, "checkpoint", checkpoint)
+    assert publisher.verify(spark, TABLES) == []  # pending, nothing swapped: not split
+    settled = publisher.recover(spark, wh, TABLES)
+    assert {e["phase"] for e in settled} == {publisher.ABORT}
+    assert publisher.pending_transactions(spark) == {}
+    publish(spark, wh, "r1")
+    assert set(live(spark).values()) == {"v1"}
+    assert publisher.verify(spark, TABLES) == []

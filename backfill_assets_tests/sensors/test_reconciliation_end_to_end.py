@@ -169,7 +169,9 @@ def test_the_run_manifest_reaches_the_ledger_and_the_lineage(
         assert meta["backfill_id"] == scenario.live.release_id
     # the two readers of the published state agree
     layers = list(registry.LAYERS.values())
-    from_ledger = state.published_from_ledger(spark, layers, hour_range(FIRST, LAST))["raw"]
+    from_ledger = state.published_from_ledger(
+        audit.warehouse_of(spark), layers, hour_range(FIRST, LAST)
+    )["raw"]
     from_dagster = state.published_from_instance(
         scenario.instance, layers, hour_range(FIRST, LAST)
     )["raw"]

@@ -79,7 +79,7 @@ def stack_logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def postgres_url(processes: servers.Processes, stack_logs: Path) -> str:
     """Base URL (``postgresql+psycopg2://postgres@127.0.0.1:PORT``); databases
     ``dagster`` and ``metastore`` exist."""
-    return servers.start_postgres(processes, stack_logs, ["dagster", "metastore"])
+    return servers.start_postgres(processes, stack_logs, ["dagster", "metastore", "ledger"])
 
 
 def _instance_config(home: Path) -> None:
@@ -98,10 +98,8 @@ def _wait_for_daemon(url: str, daemon: servers.Server, processes: servers.Proces
     """Until the daemon's heartbeats are in the instance's database."""
     import psycopg2
 
-    from backfill_assets.publishing.lock import libpq_url
-
     def beating() -> bool:
-        with psycopg2.connect(libpq_url(url)) as conn, conn.cursor() as cur:
+        with psycopg2.connect(servers.libpq_url(url)) as conn, conn.cursor() as cur:
             cur.execute("SELECT to_regclass('daemon_heartbeats') IS NOT NULL")
             if not cur.fetchone()[0]:
                 return False
@@ -136,6 +134,7 @@ def stack(
     base.update(AWS)
     base["DAGSTER_HOME"] = str(home)
     base["DAGSTER_POSTGRES_URL"] = f"{postgres_url}/dagster"
+    base["BACKFILL_LEDGER_URL"] = f"{postgres_url}/ledger"  # the ledger and audit tables
     base["PYSPARK_PYTHON"] = sys.executable  # executors run this environment's Python
 
     # Slow, independent steps first, in the background: the metastore schema and turning

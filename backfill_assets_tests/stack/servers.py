@@ -29,6 +29,12 @@ class StackError(RuntimeError):
     """A server did not come up; the message names it and ends with its log."""
 
 
+def libpq_url(url: str) -> str:
+    """A SQLAlchemy URL (``postgresql+psycopg2://``) as libpq takes it (``postgresql://``)."""
+    scheme, sep, rest = url.partition("://")
+    return f"{scheme.split('+', 1)[0]}{sep}{rest}"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind((HOST, 0))

@@ -20,9 +20,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg2
+import sqlalchemy as sa
 
 from backfill_assets.partitions import hour_range
-from backfill_assets.publishing.lock import database_lock, libpq_url
+from backfill_assets.publishing import database
 from backfill_assets.reporting import expected
 from backfill_assets_tests.stack import servers
 from backfill_assets_tests.stack.conftest import AWS, HOURS, START, WAREHOUSE_BUCKET, Stack
@@ -30,7 +31,6 @@ from backfill_assets_tests.stack.servers import tail
 
 LAST = "2026-11-20T06"  # START + HOURS - 1
 SESSION_HOUR = "2026-11-20T03"
-TEST_HOLDER = "stack-test"
 BACKFILL_DEADLINE = 900.0
 
 
@@ -58,14 +58,10 @@ def sql(stack: Stack, query: str, log: Path) -> list[dict]:
     return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
 
 
-def _publisher_waiting(url: str, layer: str) -> bool:
-    """A publisher of ``layer`` has connected for its lock (and cannot have it: we hold it)."""
-    with psycopg2.connect(libpq_url(url)) as conn, conn.cursor() as cur:
-        cur.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
-            "AND pid <> pg_backend_pid()",
-            (f"backfill_assets publish {layer}",),
-        )
+def _publisher_waiting(url: str) -> bool:
+    """A publisher waits for a publish fence in the ledger database (we hold the raw one)."""
+    with psycopg2.connect(servers.libpq_url(url)) as conn, conn.cursor() as cur:
+        cur.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
         return cur.fetchone()[0] > 0
 
 
@@ -86,13 +82,13 @@ def test_concurrent_fenced_backfills_on_the_cluster_match_the_truth(stack: Stack
     what it published matches the generator's truth. (A second, overlapping release is
     refused at launch: the CLI tests cover that.)"""
     started = time.monotonic()
-    url = stack.env["DAGSTER_POSTGRES_URL"]
+    url = stack.env["BACKFILL_LEDGER_URL"]
     logs = {"A": stack.logs / "backfill-A.log"}
     processes: dict[str, subprocess.Popen] = {}
     try:
-        with database_lock(url, "raw", TEST_HOLDER, limit=60):
+        with database.fence_on(sa.create_engine(url), ["raw"]):
             processes["A"] = backfill(stack, START, LAST, logs["A"])
-            _wait(processes, logs, lambda: _publisher_waiting(url, "raw"), "raw publish wait")
+            _wait(processes, logs, lambda: _publisher_waiting(url), "raw publish wait")
             released_at = datetime.now(UTC)
         assert processes["A"].wait(timeout=BACKFILL_DEADLINE) == 0, "backfill A failed:\n" + (
             tail(logs["A"], 80)
