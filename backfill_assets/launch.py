@@ -37,17 +37,18 @@ from pathlib import Path
 
 import dagster as dg
 
-from backfill_assets import tags
+from backfill_assets import names, tags
 from backfill_assets.checks.outcomes import summarize
 from backfill_assets.errors import cause_line
 from backfill_assets.layers.windows import session_hours_touching
 from backfill_assets.partitions import hour_range
+from backfill_assets.publishing.tables import table_key
 from backfill_assets.settings import PROJECT_ROOT, Settings
 from backfill_assets.text import one_line
 
 log = logging.getLogger(__name__)
 
-LAYERS = ("raw", "transformed", "aggregated")
+LAYERS = tuple(names.LAYERS)
 # Layers whose partitions are received hours (the damaged hours of a backfill).
 RECEIVED_HOUR_LAYERS = ("raw", "transformed")
 SHADOW_PREFIX = "shadow"
@@ -121,6 +122,20 @@ def release_selection(
     defs: dg.Definitions, layers: Sequence[str], *, publish: bool = True
 ) -> list[dg.AssetKey]:
     keys = [key for layer in layers for key in layer_keys(defs, layer)]
+    return [*keys, PUBLISH_KEY] if publish else keys
+
+
+def spec_keys(layer: str) -> list[dg.AssetKey]:
+    """The shadow assets of ``layer`` from its spec alone (``names.LAYERS``): its shadow
+    tables' keys, which ``layer_keys`` finds in the definitions (a test holds them equal).
+    For callers the definitions are built from (resources, sensors)."""
+    shadows = (shadow for shadow, _ in names.LAYERS[layer].pairs)
+    return sorted((table_key(shadow) for shadow in shadows), key=lambda k: k.to_user_string())
+
+
+def release_keys(layers: Sequence[str], *, publish: bool = True) -> list[dg.AssetKey]:
+    """``release_selection`` without the definitions (``spec_keys``)."""
+    keys = [key for layer in validate_layers(layers) for key in spec_keys(layer)]
     return [*keys, PUBLISH_KEY] if publish else keys
 
 

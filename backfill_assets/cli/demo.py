@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     import dagster as dg
 
     from backfill_assets.launch import BackfillOutcome, DaemonSupervisor, RunSummary
-    from backfill_assets.publishing.publisher import Layer
+    from backfill_assets.names import Layer
     from backfill_assets.reporting.expected import Delivery
     from backfill_assets.reporting.report import BackfillReport
     from backfill_assets.settings import Settings

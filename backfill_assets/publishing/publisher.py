@@ -46,7 +46,7 @@ from pyspark.sql import SparkSession, Window
 from pyspark.sql import functions as F
 
 from backfill_assets import faults
-from backfill_assets.partitions import hours_between, shift_hour
+from backfill_assets.names import Layer
 from backfill_assets.publishing import audit, gates
 from backfill_assets.publishing.lock import release_locks
 from backfill_assets.publishing.tables import (
@@ -72,28 +72,6 @@ SOURCE_EMPTY = "empty"
 SOURCE_OUTSIDE, SOURCE_UNAVAILABLE = "outside", "unavailable"
 READ_AS_EMPTY = (SOURCE_EMPTY, SOURCE_OUTSIDE, SOURCE_UNAVAILABLE)
 PROVISIONAL = "provisional"  # metadata of a published hour: why it is provisional, or ""
-
-
-@dataclass(frozen=True)
-class Layer:
-    """The tables a layer publishes together, the checks that gate them, what it reads."""
-
-    name: str
-    checked_table: str  # the shadow table whose checks gate the layer
-    pairs: tuple[tuple[str, str], ...]  # (shadow table, published table)
-    checks: tuple[str, ...]
-    code_version: str
-    upstream: str | None = None  # the layer whose published table this layer reads
-    window: tuple[int, int] = (0, 0)  # upstream hours [H - back, H + ahead] an hour reads
-
-    @property
-    def tables(self) -> list[str]:
-        return [published for _, published in self.pairs]
-
-    def reads(self, hour: str) -> list[str]:
-        """The upstream hours partition ``hour`` of this layer is built from."""
-        back, ahead = self.window
-        return hours_between(shift_hour(hour, -back), shift_hour(hour, ahead))
 
 
 @dataclass

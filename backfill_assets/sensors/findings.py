@@ -45,8 +45,8 @@ from datetime import UTC, datetime, timedelta
 from backfill_assets import tags
 from backfill_assets.backups.inventory import HourInventory
 from backfill_assets.layers.windows import received_window
+from backfill_assets.names import Layer
 from backfill_assets.partitions import clamp_range, hour_range, parse_hour, shift_hour
-from backfill_assets.publishing.publisher import Layer
 from backfill_assets.text import one_line
 
 MISSING_HOUR = "missing_hour"
