@@ -23,7 +23,7 @@ import psycopg2
 
 from backfill_assets.partitions import hour_range
 from backfill_assets.publishing.lock import database_lock, libpq_url
-from backfill_assets.reporting import expected
+from backfill_assets_dev import expected
 from backfill_assets_tests.stack import servers
 from backfill_assets_tests.stack.conftest import AWS, HOURS, START, WAREHOUSE_BUCKET, Stack
 from backfill_assets_tests.stack.servers import tail

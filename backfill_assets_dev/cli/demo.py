@@ -52,9 +52,9 @@ if TYPE_CHECKING:
 
     from backfill_assets.launch import BackfillOutcome, DaemonSupervisor, RunSummary
     from backfill_assets.names import Layer
-    from backfill_assets.reporting.expected import Delivery
     from backfill_assets.reporting.report import BackfillReport
     from backfill_assets.settings import Settings
+    from backfill_assets_dev.expected import Delivery
 
 START = "2026-11-20T00"
 LAST = "2026-11-20T23"
@@ -121,8 +121,8 @@ def _quiet(log_path: Path) -> Iterator[None]:
 
 def _check_backup_root(root: str) -> None:
     """Refuse anything but a local folder that is empty or holds a generated tree."""
-    from backfill_assets.generator import TRUTH_DIR
     from backfill_assets.settings import is_uri
+    from backfill_assets_dev.generator import TRUTH_DIR
 
     if is_uri(root):
         raise CommandError(
@@ -334,11 +334,11 @@ def _demo(
 ) -> int:
     from backfill_assets import launch, tags
     from backfill_assets.definitions import build_definitions
-    from backfill_assets.generator import generate_backups, land_held_back
     from backfill_assets.layers.registry import LAYERS
     from backfill_assets.partitions import hour_range
-    from backfill_assets.reporting import expected
     from backfill_assets.reporting.report import BackfillReport, build_report
+    from backfill_assets_dev import expected
+    from backfill_assets_dev.generator import generate_backups, land_held_back
 
     step = _Steps()
     layers = [LAYERS[name] for name in launch.LAYERS if name in LAYERS]
@@ -474,8 +474,8 @@ def _truth_lines(
 ) -> tuple[list[str], bool]:
     """The published numbers against the ground truth, and whether they all match."""
     from backfill_assets.partitions import hour_range
-    from backfill_assets.reporting import expected
     from backfill_assets.sensors.state import published_from_instance
+    from backfill_assets_dev import expected
 
     day = hour_range(START, LAST)
     published = published_from_instance(instance, layers, day)
