@@ -41,6 +41,7 @@ from backfill_assets import names, tags
 from backfill_assets.checks.outcomes import summarize
 from backfill_assets.errors import cause_line
 from backfill_assets.layers.windows import session_hours_touching
+from backfill_assets.names import RECEIVED_HOUR_LAYERS
 from backfill_assets.partitions import hour_range
 from backfill_assets.publishing.tables import table_key
 from backfill_assets.settings import PROJECT_ROOT, Settings
@@ -49,8 +50,6 @@ from backfill_assets.text import one_line
 log = logging.getLogger(__name__)
 
 LAYERS = tuple(names.LAYERS)
-# Layers whose partitions are received hours (the damaged hours of a backfill).
-RECEIVED_HOUR_LAYERS = ("raw", "transformed")
 SHADOW_PREFIX = "shadow"
 PUBLISH_KEY = dg.AssetKey(["release", "publish"])
 WORKSPACE = PROJECT_ROOT / "workspace.yaml"

@@ -87,6 +87,8 @@ AGGREGATED = Layer(
     window=(LOOKBACK_HOURS, LOOKAHEAD_HOURS),
 )
 LAYERS: dict[str, Layer] = {layer.name: layer for layer in (RAW, TRANSFORMED, AGGREGATED)}
+# Layers whose partitions are received hours (the damaged hours of a backfill).
+RECEIVED_HOUR_LAYERS = (RAW.name, TRANSFORMED.name)
 
 # Resource keys of the code location (``resources.build_resources``).
 PYSPARK = "pyspark"

@@ -322,11 +322,6 @@ def _by_start(records) -> list[dg.RunRecord]:
     return sorted(records, key=started)
 
 
-def runs_of_backfill(instance: dg.DagsterInstance, backfill_id: str) -> list[str]:
-    """Run ids of a release, oldest first (kept for callers of the old name)."""
-    return [r.dagster_run.run_id for r in runs_of_release(instance, backfill_id)]
-
-
 # ------------------------------------------------------------------------------ render
 
 
