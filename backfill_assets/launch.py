@@ -44,7 +44,7 @@ from backfill_assets.layers.windows import session_hours_touching
 from backfill_assets.names import RECEIVED_HOUR_LAYERS
 from backfill_assets.partitions import hour_range
 from backfill_assets.publishing.tables import table_key
-from backfill_assets.settings import PROJECT_ROOT, Settings
+from backfill_assets.settings import PROJECT_ROOT, Settings, graphql_url
 from backfill_assets.text import one_line
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,6 @@ PUBLISH_KEY = dg.AssetKey(["release", "publish"])
 WORKSPACE = PROJECT_ROOT / "workspace.yaml"
 LOCATION = "backfill_assets"
 REPOSITORY = "__repository__"
-GRAPHQL_URL_ENV = "DAGSTER_GRAPHQL_URL"
 FINISHED = {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"}
 RUN_DONE = {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
 IN_FLIGHT = [
@@ -187,7 +186,7 @@ def graphql(settings: Settings, query: str, variables: Mapping) -> dict:
         output = Path(scratch) / "result.json"
         command = [_bin("dagster-graphql"), "-t", query, "-v", json.dumps(variables)]
         command += ["-o", str(output)]
-        remote = os.environ.get(GRAPHQL_URL_ENV)
+        remote = graphql_url()
         command += ["--remote", remote] if remote else ["-w", str(WORKSPACE)]
         done = subprocess.run(
             command, capture_output=True, text=True, env=settings_env(settings), check=False

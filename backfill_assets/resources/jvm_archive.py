@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from backfill_assets.settings import java_home
+
 # Silence the JVM's CDS warnings (a stale archive is a slower start, not an error).
 _QUIET = ["-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
 
@@ -72,7 +74,7 @@ spark.stop()
 
 def java() -> str:
     """The ``java`` Spark's launcher runs (``JAVA_HOME`` first, as spark-class does)."""
-    home = os.environ.get("JAVA_HOME")
+    home = java_home()
     return str(Path(home) / "bin" / "java") if home else (shutil.which("java") or "java")
 
 
