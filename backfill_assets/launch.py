@@ -202,7 +202,7 @@ def graphql(settings: Settings, query: str, variables: Mapping) -> dict:
     return result["data"]
 
 
-def _outcome(payload: dict, success: str) -> dict:
+def mutation_outcome(payload: dict, success: str) -> dict:
     if payload.get("__typename") == success:
         return payload
     message = payload.get("message") or payload.get("__typename")
@@ -233,32 +233,6 @@ mutation Launch($params: ExecutionParams!) {
 }"""
 
 
-_SENSOR_ACTIONS = {
-    "clear_cursor": "setSensorCursor(sensorSelector: $selector)",  # no cursor: forget
-    "start": "startSensor(sensorSelector: $selector)",
-    "reset": "resetSensor(sensorSelector: $selector)",  # back to the status in its code
-}
-
-
-def control_sensor(settings: Settings, name: str, *actions: str) -> str:
-    """Do what the UI's sensor buttons do, in order, in one GraphQL request: ``clear_cursor``,
-    ``start``, ``reset`` (to the default status its code declares). Returns the sensor's
-    status afterwards (``RUNNING`` or ``STOPPED``)."""
-    unknown = [a for a in actions if a not in _SENSOR_ACTIONS]
-    if unknown or not actions:
-        raise ValueError(f"sensor actions {list(actions)}: each one of {sorted(_SENSOR_ACTIONS)}")
-    fields = "".join(
-        f"  {action}: {_SENSOR_ACTIONS[action]} {{\n    __typename\n"
-        f"    ... on Sensor {{ sensorState {{ status }} }}\n    ... on Error {{ message }}\n  }}\n"
-        for action in actions
-    )
-    selector = {"repositoryLocationName": LOCATION, "repositoryName": REPOSITORY}
-    query = f"mutation Sensor($selector: SensorSelector!) {{\n{fields}}}"
-    data = graphql(settings, query, {"selector": {**selector, "sensorName": name}})
-    states = [_outcome(data[action], "Sensor")["sensorState"] for action in actions]
-    return states[-1]["status"]
-
-
 def submit_backfill(
     settings: Settings,
     keys: Sequence[dg.AssetKey],
@@ -287,7 +261,7 @@ def submit_backfill(
     if run_config:
         params["runConfigData"] = dict(run_config)
     data = graphql(settings, _BACKFILL, {"params": params})
-    return _outcome(data["launchPartitionBackfill"], "LaunchBackfillSuccess")["backfillId"]
+    return mutation_outcome(data["launchPartitionBackfill"], "LaunchBackfillSuccess")["backfillId"]
 
 
 _CANCEL = """
@@ -304,7 +278,7 @@ def cancel_backfill(settings: Settings, backfill_id: str) -> str:
     """Cancel a backfill as the UI's cancel button does: Dagster stops submitting its
     runs and terminates those queued or running; returns its id."""
     data = graphql(settings, _CANCEL, {"backfillId": backfill_id})
-    return _outcome(data["cancelPartitionBackfill"], "CancelBackfillSuccess")["backfillId"]
+    return mutation_outcome(data["cancelPartitionBackfill"], "CancelBackfillSuccess")["backfillId"]
 
 
 def submit_run(
@@ -323,7 +297,7 @@ def submit_run(
         },
     }
     data = graphql(settings, _RUN, {"params": params})
-    return _outcome(data["launchRun"], "LaunchRunSuccess")["run"]["runId"]
+    return mutation_outcome(data["launchRun"], "LaunchRunSuccess")["run"]["runId"]
 
 
 # -------------------------------------------------------------------------------- daemon

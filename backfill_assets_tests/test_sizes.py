@@ -21,7 +21,7 @@ OVERSIZED: dict[str, tuple[int, str]] = {
     "backups/reader.py:read_folders": (115, "to split: executor choice apart from reading"),
     "backups/spark_contract.py:judge": (93, "one Spark expression per contract rule, in order"),
     "checks/raw.py:raw_checks": (113, "to split: one function per check"),
-    "launch.py": (646, "to split: GraphQL submission, daemon supervision, run summaries"),
+    "launch.py": (618, "to split: GraphQL submission, daemon supervision, run summaries"),
     "layers/aggregated.py": (608, "to split: sessionizing apart from the assets"),
     "layers/raw.py:raw_shadow": (133, "to split: the inner asset's read, write, metadata"),
     "publishing/assets.py": (514, "to split: publish and rollback jobs apart"),
