@@ -26,7 +26,6 @@ OVERSIZED: dict[str, tuple[int, str]] = {
     "layers/raw.py:raw_shadow": (133, "to split: the inner asset's read, write, metadata"),
     "publishing/assets.py": (514, "to split: publish and rollback jobs apart"),
     "publishing/assets.py:publish_release": (127, "to split: plan, gates, apply, report"),
-    "publishing/erase.py:erase_op": (83, "to split: refusal apart from the erasure"),
     "publishing/publisher.py": (1041, "ledger rewrite under way (SQLAlchemy)"),
     "publishing/publisher.py:plan_release": (204, "ledger rewrite under way: hold-back rules"),
     "publishing/publisher.py:_rollback_release": (88, "ledger rewrite under way (SQLAlchemy)"),
