@@ -34,9 +34,9 @@ check-java:
 	@./deploy/check-java.sh
 
 # The Spark driver's class-data-sharing archive: every later JVM starts in about half the
-# time (backfill_assets/resources/jvm_archive.py). Made once, remade when Java changes.
+# time (backfill_assets_dev/jvm_archive.py). Made once, remade when Java changes.
 jvm-archive: install check-java
-	@$(BIN)/python -c 'import sys; from backfill_assets.resources.jvm_archive import main; sys.exit(main())'
+	@$(BIN)/python -c 'import sys; from backfill_assets_dev.jvm_archive import main; sys.exit(main())'
 
 # Postgres + its JDBC driver for the production stack test (apt-get when root and missing).
 stack-deps:

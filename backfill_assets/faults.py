@@ -8,8 +8,9 @@ at an exact point without sleeping.
 
 from __future__ import annotations
 
-import os
 import threading
+
+from backfill_assets.settings import pause_at, pause_fifo
 
 SHADOW_WRITE = "shadow.write"  # inside the Spark job that writes a shadow table
 PUBLISH_SWAP = "publish.swap"  # after the first partition's pointer swap, before the rest
@@ -17,12 +18,12 @@ PUBLISH_SWAP = "publish.swap"  # after the first partition's pointer swap, befor
 
 def armed(name: str) -> bool:
     """Whether this process was asked to stop at checkpoint ``name``."""
-    return os.environ.get("BACKFILL_ASSETS_PAUSE_AT") == name
+    return pause_at() == name
 
 
 def checkpoint(name: str) -> None:
-    if os.environ.get("BACKFILL_ASSETS_PAUSE_AT") != name:
+    if pause_at() != name:
         return
-    with open(os.environ["BACKFILL_ASSETS_PAUSE_FIFO"], "w") as fifo:
+    with open(pause_fifo(), "w") as fifo:
         fifo.write(name)
     threading.Event().wait()  # until SIGKILL

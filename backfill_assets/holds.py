@@ -24,15 +24,10 @@ from dataclasses import dataclass
 import dagster as dg
 
 from backfill_assets import tags
+from backfill_assets.launch import IN_FLIGHT as RUN_IN_FLIGHT
 from backfill_assets.partitions import InvalidHourError, parse_hour
 
 BACKFILL_IN_FLIGHT = ("REQUESTED", "CANCELING", "FAILING")
-RUN_IN_FLIGHT = [
-    dg.DagsterRunStatus.QUEUED,
-    dg.DagsterRunStatus.NOT_STARTED,
-    dg.DagsterRunStatus.STARTING,
-    dg.DagsterRunStatus.STARTED,
-]
 BACKFILL_PAGE = 200  # newest backfills read; an older one still in flight is a stuck daemon
 HELD_BY = "held by release"  # the words every refusal and skip uses
 IN_FLIGHT = "in flight"

@@ -37,25 +37,24 @@ from pathlib import Path
 
 import dagster as dg
 
-from backfill_assets import tags
+from backfill_assets import names, tags
 from backfill_assets.checks.outcomes import summarize
 from backfill_assets.errors import cause_line
 from backfill_assets.layers.windows import session_hours_touching
+from backfill_assets.names import RECEIVED_HOUR_LAYERS
 from backfill_assets.partitions import hour_range
-from backfill_assets.settings import PROJECT_ROOT, Settings
+from backfill_assets.publishing.tables import table_key
+from backfill_assets.settings import PROJECT_ROOT, Settings, graphql_url
 from backfill_assets.text import one_line
 
 log = logging.getLogger(__name__)
 
-LAYERS = ("raw", "transformed", "aggregated")
-# Layers whose partitions are received hours (the damaged hours of a backfill).
-RECEIVED_HOUR_LAYERS = ("raw", "transformed")
+LAYERS = tuple(names.LAYERS)
 SHADOW_PREFIX = "shadow"
 PUBLISH_KEY = dg.AssetKey(["release", "publish"])
 WORKSPACE = PROJECT_ROOT / "workspace.yaml"
 LOCATION = "backfill_assets"
 REPOSITORY = "__repository__"
-GRAPHQL_URL_ENV = "DAGSTER_GRAPHQL_URL"
 FINISHED = {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"}
 RUN_DONE = {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
 IN_FLIGHT = [
@@ -124,6 +123,20 @@ def release_selection(
     return [*keys, PUBLISH_KEY] if publish else keys
 
 
+def spec_keys(layer: str) -> list[dg.AssetKey]:
+    """The shadow assets of ``layer`` from its spec alone (``names.LAYERS``): its shadow
+    tables' keys, which ``layer_keys`` finds in the definitions (a test holds them equal).
+    For callers the definitions are built from (resources, sensors)."""
+    shadows = (shadow for shadow, _ in names.LAYERS[layer].pairs)
+    return sorted((table_key(shadow) for shadow in shadows), key=lambda k: k.to_user_string())
+
+
+def release_keys(layers: Sequence[str], *, publish: bool = True) -> list[dg.AssetKey]:
+    """``release_selection`` without the definitions (``spec_keys``)."""
+    keys = [key for layer in validate_layers(layers) for key in spec_keys(layer)]
+    return [*keys, PUBLISH_KEY] if publish else keys
+
+
 def request_tags(
     *,
     dry_run: bool,
@@ -173,7 +186,7 @@ def graphql(settings: Settings, query: str, variables: Mapping) -> dict:
         output = Path(scratch) / "result.json"
         command = [_bin("dagster-graphql"), "-t", query, "-v", json.dumps(variables)]
         command += ["-o", str(output)]
-        remote = os.environ.get(GRAPHQL_URL_ENV)
+        remote = graphql_url()
         command += ["--remote", remote] if remote else ["-w", str(WORKSPACE)]
         done = subprocess.run(
             command, capture_output=True, text=True, env=settings_env(settings), check=False
@@ -189,7 +202,7 @@ def graphql(settings: Settings, query: str, variables: Mapping) -> dict:
     return result["data"]
 
 
-def _outcome(payload: dict, success: str) -> dict:
+def mutation_outcome(payload: dict, success: str) -> dict:
     if payload.get("__typename") == success:
         return payload
     message = payload.get("message") or payload.get("__typename")
@@ -220,32 +233,6 @@ mutation Launch($params: ExecutionParams!) {
 }"""
 
 
-_SENSOR_ACTIONS = {
-    "clear_cursor": "setSensorCursor(sensorSelector: $selector)",  # no cursor: forget
-    "start": "startSensor(sensorSelector: $selector)",
-    "reset": "resetSensor(sensorSelector: $selector)",  # back to the status in its code
-}
-
-
-def control_sensor(settings: Settings, name: str, *actions: str) -> str:
-    """Do what the UI's sensor buttons do, in order, in one GraphQL request: ``clear_cursor``,
-    ``start``, ``reset`` (to the default status its code declares). Returns the sensor's
-    status afterwards (``RUNNING`` or ``STOPPED``)."""
-    unknown = [a for a in actions if a not in _SENSOR_ACTIONS]
-    if unknown or not actions:
-        raise ValueError(f"sensor actions {list(actions)}: each one of {sorted(_SENSOR_ACTIONS)}")
-    fields = "".join(
-        f"  {action}: {_SENSOR_ACTIONS[action]} {{\n    __typename\n"
-        f"    ... on Sensor {{ sensorState {{ status }} }}\n    ... on Error {{ message }}\n  }}\n"
-        for action in actions
-    )
-    selector = {"repositoryLocationName": LOCATION, "repositoryName": REPOSITORY}
-    query = f"mutation Sensor($selector: SensorSelector!) {{\n{fields}}}"
-    data = graphql(settings, query, {"selector": {**selector, "sensorName": name}})
-    states = [_outcome(data[action], "Sensor")["sensorState"] for action in actions]
-    return states[-1]["status"]
-
-
 def submit_backfill(
     settings: Settings,
     keys: Sequence[dg.AssetKey],
@@ -274,7 +261,7 @@ def submit_backfill(
     if run_config:
         params["runConfigData"] = dict(run_config)
     data = graphql(settings, _BACKFILL, {"params": params})
-    return _outcome(data["launchPartitionBackfill"], "LaunchBackfillSuccess")["backfillId"]
+    return mutation_outcome(data["launchPartitionBackfill"], "LaunchBackfillSuccess")["backfillId"]
 
 
 _CANCEL = """
@@ -291,7 +278,7 @@ def cancel_backfill(settings: Settings, backfill_id: str) -> str:
     """Cancel a backfill as the UI's cancel button does: Dagster stops submitting its
     runs and terminates those queued or running; returns its id."""
     data = graphql(settings, _CANCEL, {"backfillId": backfill_id})
-    return _outcome(data["cancelPartitionBackfill"], "CancelBackfillSuccess")["backfillId"]
+    return mutation_outcome(data["cancelPartitionBackfill"], "CancelBackfillSuccess")["backfillId"]
 
 
 def submit_run(
@@ -310,7 +297,7 @@ def submit_run(
         },
     }
     data = graphql(settings, _RUN, {"params": params})
-    return _outcome(data["launchRun"], "LaunchRunSuccess")["run"]["runId"]
+    return mutation_outcome(data["launchRun"], "LaunchRunSuccess")["run"]["runId"]
 
 
 # -------------------------------------------------------------------------------- daemon

@@ -93,7 +93,7 @@ class Settings:
             spark_conf_dir=_location(env.get("SPARK_CONF_DIR") or str(PROJECT_ROOT / "spark")),
             environment=environment,
             spark_jars_dir=_location(env.get("BACKFILL_SPARK_JARS") or str(DEFAULT_SPARK_JARS)),
-            s3_endpoint=env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or None,
+            s3_endpoint=s3_endpoint(env),
             s3_region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None,
         )
 
@@ -201,3 +201,45 @@ class ReadLimits:
             line_bytes=_env_bytes(env, MAX_LINE_BYTES_ENV, default.line_bytes, 1024),
             manifest_bytes=_env_bytes(env, MAX_MANIFEST_BYTES_ENV, default.manifest_bytes, 1024),
         )
+
+
+# Read when they are needed (each call), as a process's environment may change under it.
+GRAPHQL_URL_ENV = "DAGSTER_GRAPHQL_URL"  # a remote webserver's GraphQL (else the workspace)
+MAX_RANGE_HOURS_ENV = "BACKFILL_MAX_RANGE_HOURS"  # hours one backfill command may name
+PAUSE_AT_ENV = "BACKFILL_ASSETS_PAUSE_AT"  # fault tests: the checkpoint to stop at
+PAUSE_FIFO_ENV = "BACKFILL_ASSETS_PAUSE_FIFO"  # fault tests: where to say it stopped
+
+
+def _environ(env: Mapping[str, str] | None) -> Mapping[str, str]:
+    return os.environ if env is None else env
+
+
+def graphql_url(env: Mapping[str, str] | None = None) -> str | None:
+    """``DAGSTER_GRAPHQL_URL``: the webserver the commands submit to (None: the workspace)."""
+    return _environ(env).get(GRAPHQL_URL_ENV) or None
+
+
+def max_range_hours(default: int, env: Mapping[str, str] | None = None) -> int:
+    """``BACKFILL_MAX_RANGE_HOURS`` (``default``); ValueError if it is not a whole number."""
+    return int(_environ(env).get(MAX_RANGE_HOURS_ENV, default))
+
+
+def s3_endpoint(env: Mapping[str, str] | None = None) -> str | None:
+    """``AWS_ENDPOINT_URL_S3``, else ``AWS_ENDPOINT_URL`` (None: AWS's own endpoints)."""
+    env = _environ(env)
+    return env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or None
+
+
+def java_home(env: Mapping[str, str] | None = None) -> str | None:
+    """``JAVA_HOME``: the Java Spark's launcher runs (None: ``java`` on the PATH)."""
+    return _environ(env).get("JAVA_HOME")
+
+
+def pause_at(env: Mapping[str, str] | None = None) -> str | None:
+    """``BACKFILL_ASSETS_PAUSE_AT``: the fault checkpoint this process stops at, if any."""
+    return _environ(env).get(PAUSE_AT_ENV)
+
+
+def pause_fifo(env: Mapping[str, str] | None = None) -> str:
+    """``BACKFILL_ASSETS_PAUSE_FIFO``: where a paused process writes its checkpoint."""
+    return _environ(env)[PAUSE_FIFO_ENV]

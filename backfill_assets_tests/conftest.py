@@ -16,8 +16,8 @@ import pytest
 
 from backfill_assets import launch, tags
 from backfill_assets.definitions import build_definitions
-from backfill_assets.generator import generate_backups
 from backfill_assets.settings import Settings
+from backfill_assets_dev.generator import generate_backups
 
 # The suite's JVMs compile with C1 only (HotSpot's quick JIT tier), with C2's code cache size,
 # and collect with the serial collector (below).

@@ -87,3 +87,15 @@ def test_dagster_cli_validates_the_code_location(tmp_path: Path):
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "passed validation" in result.stdout + result.stderr
+
+
+def test_layer_specs_name_the_shadow_assets_of_each_group(base_settings):
+    """What a release rebuilds, from the layer specs alone (resources and sensors, which the
+    definitions are built from, cannot build them) is each layer's Dagster group."""
+    from backfill_assets import launch
+
+    defs = build_definitions(base_settings)
+    for layer in launch.LAYERS:
+        assert launch.spec_keys(layer) == launch.layer_keys(defs, layer), layer
+    everything = list(launch.LAYERS)
+    assert launch.release_keys(everything) == launch.release_selection(defs, everything)

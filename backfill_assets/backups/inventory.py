@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from backfill_assets.backups.contract import MANIFEST_NAME, PART_FILE_SUFFIX, is_int
-from backfill_assets.partitions import backup_hour_path, parse_hour
+from backfill_assets.partitions import InvalidHourError, backup_hour_path, parse_hour
 from backfill_assets.resources.backup_store import REGULAR, BackupStore, Entry, NotRegularFile
 from backfill_assets.settings import (
     MAX_MANIFEST_BYTES_ENV,
@@ -106,6 +106,29 @@ def client_of_folder(name: str) -> int | None:
     if not match or str(int(match.group(1))) != match.group(1):
         return None
     return int(match.group(1))
+
+
+def _hours_of_date(store: BackupStore, date: str) -> list[str]:
+    """The hour keys of ``raw/date=<date>``'s well-named hour folders (the others are
+    reported by the inventory as stray folders of the date's hours)."""
+    hours = []
+    for entry in store.list_dir(f"raw/date={date}"):
+        hh = hour_of_folder(entry)
+        if hh is not None:
+            try:
+                parse_hour(f"{date}T{hh}")
+            except InvalidHourError:
+                continue
+            hours.append(f"{date}T{hh}")
+    return sorted(hours)
+
+
+def backup_bounds(store: BackupStore) -> tuple[str, str] | None:
+    """First and newest hour folders of the tree (a few listings), None if it is empty."""
+    dates = sorted(d for e in store.list_dir("raw") if (d := date_of_folder(e)))
+    earliest = next((hours[0] for d in dates if (hours := _hours_of_date(store, d))), None)
+    newest = next((hours[-1] for d in reversed(dates) if (hours := _hours_of_date(store, d))), None)
+    return (earliest, newest) if earliest and newest else None
 
 
 def unique_files(folders: Iterable[Folder]) -> list[tuple[Folder, PartFile]]:

@@ -14,6 +14,7 @@ import dagster as dg
 
 from backfill_assets.checks import common
 from backfill_assets.layers.registry import LAYERS
+from backfill_assets.names import Layer
 from backfill_assets.publishing import publisher
 from backfill_assets.publishing.tables import table_key
 from backfill_assets.resources.warehouse import Warehouse
@@ -26,7 +27,7 @@ DESCRIPTION = (
 
 
 def release_gate_evaluations(
-    instance: dg.DagsterInstance, plan: publisher.ReleasePlan, layers: Sequence[publisher.Layer]
+    instance: dg.DagsterInstance, plan: publisher.ReleasePlan, layers: Sequence[Layer]
 ) -> Iterator[dg.AssetCheckEvaluation]:
     """One evaluation per (published table, hour) of a published release (after its
     materializations: each targets its partition's newest one)."""

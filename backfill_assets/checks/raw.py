@@ -8,14 +8,13 @@ from backfill_assets.backups.inventory import take_inventory
 from backfill_assets.checks import common
 from backfill_assets.checks.schemas import RawPayloadSchema
 from backfill_assets.layers.raw import (
-    INPUT_FILES_LIST,
     LAYER,
-    LINES_READ,
     MANIFEST_RECONCILIATION,
     ROW_RULES,
     RULES_BY,
     SHADOW_PAYLOADS,
 )
+from backfill_assets.names import INPUT_FILES_LIST, LINES_READ
 from backfill_assets.publishing import erasure
 from backfill_assets.resources.backup_store import BackupStore
 from backfill_assets.resources.warehouse import Warehouse

@@ -13,6 +13,7 @@ import argparse
 import os
 
 from backfill_assets.cli.main import CommandError
+from backfill_assets.settings import max_range_hours
 
 DEFAULT_MAX_RANGE_HOURS = 24 * 31
 
@@ -195,9 +196,7 @@ def validate_backfill(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     from backfill_assets.partitions import InvalidHourError
 
     try:
-        cap = args.max_hours or int(
-            os.environ.get("BACKFILL_MAX_RANGE_HOURS", DEFAULT_MAX_RANGE_HOURS)
-        )
+        cap = args.max_hours or max_range_hours(DEFAULT_MAX_RANGE_HOURS)
         hours = launch.range_hours(args.first, args.last, cap)
         layers = launch.release_layers(args.layers.split(","), downstream=not args.no_downstream)
     except (InvalidHourError, ValueError) as exc:

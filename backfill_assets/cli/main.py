@@ -13,20 +13,29 @@ import importlib
 import logging
 import sys
 
+# Subcommand modules: of this package, or (the development commands, by their commands) of
+# the development package, which the code location's image does not carry.
 SUBCOMMAND_MODULES = (
-    "generate",
-    "backfill",
-    "cancel",
-    "sql",
-    "rollback",
-    "vacuum",
-    "erase",
-    "halfcut",
-    "reconcile",
-    "report",
-    "demo",
-    "bench",
+    "backfill_assets_dev.cli.generate",
+    "backfill_assets.cli.backfill",
+    "backfill_assets.cli.cancel",
+    "backfill_assets.cli.sql",
+    "backfill_assets.cli.rollback",
+    "backfill_assets.cli.vacuum",
+    "backfill_assets.cli.erase",
+    "backfill_assets_dev.cli.halfcut",
+    "backfill_assets.cli.reconcile",
+    "backfill_assets.cli.report",
+    "backfill_assets_dev.cli.demo",
+    "backfill_assets_dev.cli.bench",
 )
+DEV_PACKAGE = "backfill_assets_dev"
+DEV_COMMANDS = {
+    "backfill_assets_dev.cli.generate": ("generate", "land"),
+    "backfill_assets_dev.cli.halfcut": ("halfcut",),
+    "backfill_assets_dev.cli.demo": ("demo",),
+    "backfill_assets_dev.cli.bench": ("bench",),
+}
 
 
 class CommandError(Exception):
@@ -41,8 +50,29 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in SUBCOMMAND_MODULES:
-        importlib.import_module(f"backfill_assets.cli.{name}").register(subparsers)
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != DEV_PACKAGE:
+                raise
+            for command in DEV_COMMANDS[name]:
+                _register_missing(subparsers, command)
+        else:
+            module.register(subparsers)
     return parser
+
+
+def _register_missing(subparsers: argparse._SubParsersAction, command: str) -> None:
+    """A development command where the development package is not installed (the image)."""
+
+    def handler(args: argparse.Namespace) -> int:
+        raise CommandError(
+            f"a development command: its package {DEV_PACKAGE} is not installed here "
+            "(install the repository for development: make install)"
+        )
+
+    p = subparsers.add_parser(command, help=f"(development; needs {DEV_PACKAGE})")
+    p.set_defaults(handler=handler, validate=handler, missing_dev=True)  # before any preflight
 
 
 def _check_text_limits(args: argparse.Namespace) -> None:
@@ -90,7 +120,10 @@ def _preflight(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and not getattr(args, "missing_dev", False):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -58,7 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from backfill_assets.instance import get_instance
     from backfill_assets.layers.registry import LAYERS
-    from backfill_assets.publishing.publisher import Layer
+    from backfill_assets.names import Layer
     from backfill_assets.reporting.diff import DiffCounts, diff_layer
     from backfill_assets.reporting.report import ReportError, build_report
     from backfill_assets.settings import Settings

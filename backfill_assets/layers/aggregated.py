@@ -45,13 +45,14 @@ from backfill_assets.layers.common import (
     with_lineage,
 )
 from backfill_assets.layers.windows import LOOKAHEAD_HOURS, LOOKBACK_HOURS, received_window
+from backfill_assets.names import AGGREGATED
 from backfill_assets.partitions import hourly_partitions, parse_hour
-from backfill_assets.publishing.publisher import SOURCE_OUTSIDE, Layer, provisional_note
+from backfill_assets.publishing.publisher import SOURCE_OUTSIDE, provisional_note
 from backfill_assets.publishing.tables import table_key
 from backfill_assets.resources.io_managers import PartialWindow, UpstreamGap, WithRules, unwrap
 from backfill_assets.resources.launch_form import LaunchForm
 
-CODE_VERSION = "aggregated-1"
+CODE_VERSION = AGGREGATED.code_version
 GROUP = "aggregated"
 SHADOW_SESSIONS = table_key("shadow.sessions")
 SHADOW_CLIENT_HOURLY = table_key("shadow.client_hourly")
@@ -60,12 +61,14 @@ CLIENT_HOURLY = table_key("aggregated.client_hourly")
 SOURCE_TABLE = transformed.TABLE
 
 # Check names (constants: the publisher gates on them, tests and the UI refer to them).
-SESSIONS_ROW_RULES = "sessions_row_rules"
-SESSIONS_END_NOT_BEFORE_START = "sessions_end_not_before_start"
-SESSIONS_DURATION = "sessions_duration_is_end_minus_start"
-SESSIONS_START_IN_HOUR = "sessions_start_in_partition_hour"
-SESSIONS_UNIQUE_ID = "sessions_unique_id"
-CLIENT_HOURLY_RECONCILIATION = "client_hourly_matches_sessions"
+(
+    SESSIONS_ROW_RULES,
+    SESSIONS_END_NOT_BEFORE_START,
+    SESSIONS_DURATION,
+    SESSIONS_START_IN_HOUR,
+    SESSIONS_UNIQUE_ID,
+    CLIENT_HOURLY_RECONCILIATION,
+) = AGGREGATED.checks
 
 SESSION_GAP_MICROS = 30 * 60 * 1_000_000  # a gap of more than this starts a new session
 # A payload's first and last session hour (epoch hours) when fewer than its window's.
@@ -108,25 +111,7 @@ PAYLOAD_COLUMNS = [
     "hour",
 ]
 
-LAYER = Layer(
-    name="aggregated",
-    checked_table="shadow.sessions",
-    pairs=(
-        ("shadow.sessions", "aggregated.sessions"),
-        ("shadow.client_hourly", "aggregated.client_hourly"),
-    ),
-    checks=(
-        SESSIONS_ROW_RULES,
-        SESSIONS_END_NOT_BEFORE_START,
-        SESSIONS_DURATION,
-        SESSIONS_START_IN_HOUR,
-        SESSIONS_UNIQUE_ID,
-        CLIENT_HOURLY_RECONCILIATION,
-    ),
-    code_version=CODE_VERSION,
-    upstream="transformed",
-    window=(LOOKBACK_HOURS, LOOKAHEAD_HOURS),
-)
+LAYER = AGGREGATED
 
 
 # --------------------------------------------------------------------------- windows

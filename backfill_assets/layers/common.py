@@ -9,7 +9,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from backfill_assets import tags
-from backfill_assets.resources import SHADOW_IO_MANAGER
+from backfill_assets.names import SHADOW_IO_MANAGER
 from backfill_assets.resources.io_managers import (
     PUBLISHED_TABLE,
     READER_TABLE,

@@ -19,9 +19,21 @@ from backfill_assets.layers.common import (
     shadow_out,
     with_lineage,
 )
+from backfill_assets.names import (
+    BACKUP_PROBLEMS,
+    ERASED_LINES,
+    HOUR_BACKUP_PROBLEMS,
+    HOUR_INPUT_FILES,
+    INPUT_FILES_LIST,
+    LINES_READ,
+    MANIFEST_RECORDS,
+    MAX_LISTED_FILES,
+    MAX_LISTED_PROBLEMS,
+    RAW,
+    RECEIVED_OUTSIDE,
+)
 from backfill_assets.partitions import hourly_partitions
 from backfill_assets.publishing import audit, erasure
-from backfill_assets.publishing.publisher import Layer
 from backfill_assets.publishing.tables import run_id, table_key
 from backfill_assets.resources.backup_store import BackupStore
 from backfill_assets.resources.io_managers import (
@@ -33,29 +45,15 @@ from backfill_assets.resources.io_managers import (
 from backfill_assets.resources.launch_form import LaunchForm
 from backfill_assets.resources.warehouse import Warehouse
 
-CODE_VERSION = "raw-1"
+CODE_VERSION = RAW.code_version
 GROUP = "raw"
 SHADOW_PAYLOADS = table_key("shadow.raw_payloads")
 SHADOW_QUARANTINE = table_key("shadow.raw_quarantine")
 PAYLOADS = table_key("raw.payloads")
 QUARANTINE = table_key("raw.quarantine")
 
-# Per-partition lineage of a raw shadow materialization: what that hour read.
-MANIFEST_RECORDS = "manifest_records"
-RECEIVED_OUTSIDE = "received_outside_this_hour"
-ERASED_LINES = "erased_lines"  # lines of erased users left out (counted, not quarantined)
-HOUR_INPUT_FILES = "hour_input_files"
-INPUT_FILES_LIST = "input_files_list"  # this hour's files, at most MAX_LISTED_FILES
-LINES_READ = "lines_read"  # of a file in INPUT_FILES_LIST: lines read (valid, rejected, erased)
-MAX_LISTED_FILES = 500
-HOUR_BACKUP_PROBLEMS = "hour_backup_problems"  # this hour's problems, at most MAX_LISTED_PROBLEMS
-MAX_LISTED_PROBLEMS = 200
-# Run-level metadata (the same on every hour's event, so a count, never a list).
-BACKUP_PROBLEMS = "backup_problems"
-
 # Check names (constants: the publisher gates on them, tests and the UI refer to them).
-ROW_RULES = "raw_row_rules"
-MANIFEST_RECONCILIATION = "raw_manifest_reconciliation"
+ROW_RULES, MANIFEST_RECONCILIATION = RAW.checks
 RULES_BY = ("client_id",)  # the row rules are counted per (hour, client): the lines read
 
 PAYLOAD_COLUMNS = [
@@ -72,13 +70,7 @@ PAYLOAD_COLUMNS = [
 ]
 QUARANTINE_COLUMNS = ["client_id", "file", "line_number", "reason", "raw_text"]
 
-LAYER = Layer(
-    name="raw",
-    checked_table="shadow.raw_payloads",
-    pairs=(("shadow.raw_payloads", "raw.payloads"), ("shadow.raw_quarantine", "raw.quarantine")),
-    checks=(ROW_RULES, MANIFEST_RECONCILIATION),
-    code_version=CODE_VERSION,
-)
+LAYER = RAW
 
 
 def _is_payload() -> Column:

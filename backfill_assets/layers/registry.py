@@ -1,8 +1,5 @@
-"""The publishable layers by name, in dependency order (CLI, sensors, reports)."""
+"""The publishable layers by name, in dependency order (CLI, sensors, reports): ``names.LAYERS``."""
 
-from backfill_assets.layers import aggregated, raw, transformed
-from backfill_assets.publishing.publisher import Layer
+from backfill_assets.names import LAYERS
 
-LAYERS: dict[str, Layer] = {
-    layer.name: layer for layer in (raw.LAYER, transformed.LAYER, aggregated.LAYER)
-}
+__all__ = ["LAYERS"]

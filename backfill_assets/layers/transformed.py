@@ -22,22 +22,21 @@ from backfill_assets.layers.common import (
     with_lineage,
 )
 from backfill_assets.layers.urls import normalize_urls
+from backfill_assets.names import TRANSFORMED
 from backfill_assets.partitions import hourly_partitions
-from backfill_assets.publishing.publisher import Layer
 from backfill_assets.publishing.tables import table_key
 from backfill_assets.resources.io_managers import UpstreamGap, WithRules
 from backfill_assets.resources.launch_form import LaunchForm
 
-CODE_VERSION = "transformed-1"
+CODE_VERSION = TRANSFORMED.code_version
 GROUP = "transformed"
 SHADOW_PAYLOADS = table_key("shadow.transformed_payloads")
 PAYLOADS = table_key("transformed.payloads")
 SOURCE_TABLE = "raw.payloads"
-TABLE = "transformed.payloads"
+TABLE = TRANSFORMED.tables[0]
 
 # Check names (constants: the publisher gates on them, tests and the UI refer to them).
-ROW_RULES = "transformed_row_rules"
-RAW_RECONCILIATION = "transformed_raw_reconciliation"
+ROW_RULES, RAW_RECONCILIATION = TRANSFORMED.checks
 
 PAYLOAD_COLUMNS = list(raw.PAYLOAD_COLUMNS)
 # The copy of a payload kept within an hour: earliest delivery, then every other column, so
@@ -49,14 +48,7 @@ DEDUPLICATION_ORDER = [
     *(c for c in PAYLOAD_COLUMNS if c not in ("payload_id", "received_at", "event_time")),
 ]
 
-LAYER = Layer(
-    name="transformed",
-    checked_table="shadow.transformed_payloads",
-    pairs=(("shadow.transformed_payloads", TABLE),),
-    checks=(ROW_RULES, RAW_RECONCILIATION),
-    code_version=CODE_VERSION,
-    upstream="raw",
-)
+LAYER = TRANSFORMED
 
 
 def deduplicate(payloads: DataFrame, keys: list[str]) -> DataFrame:

@@ -23,6 +23,7 @@ from backfill_assets.errors import cause_line
 from backfill_assets.layers import aggregated, raw, transformed
 from backfill_assets.layers.common import json_metadata, refuse, run_lineage
 from backfill_assets.layers.registry import LAYERS
+from backfill_assets.names import Layer
 from backfill_assets.partitions import InvalidHourError, hour_range, hourly_partitions, parse_hour
 from backfill_assets.publishing import audit, erasure, gates, publisher
 from backfill_assets.publishing.tables import table_key
@@ -162,7 +163,7 @@ def approval_of(config: PublishConfig, run_tags: Mapping[str, str]) -> publisher
     return None
 
 
-def selected_layers(names: Sequence[str]) -> list[publisher.Layer]:
+def selected_layers(names: Sequence[str]) -> list[Layer]:
     unknown = [n for n in names if n not in LAYERS]
     if unknown:
         raise dg.Failure(
@@ -340,7 +341,7 @@ def publish_release(
 
 def release_report(
     context: dg.AssetExecutionContext,
-    layers: Sequence[publisher.Layer],
+    layers: Sequence[Layer],
     release: str,
     held: Mapping[str, list[str]],
 ) -> dict[str, dg.MetadataValue]:

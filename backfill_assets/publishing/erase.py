@@ -53,6 +53,26 @@ def _requested_at(text: str) -> datetime:
     return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
+def _erasure_record(context: dg.OpExecutionContext, config: EraseConfig) -> dict:
+    """The erasure's audit row, or a Failure naming what is wrong with the request."""
+    try:
+        digest = erasure.validate_digest(config.user_digest)
+    except ValueError as exc:
+        raise dg.Failure(description=str(exc), allow_retries=False) from None
+    if not config.reason.strip():
+        raise dg.Failure(description="an erasure needs a reason", allow_retries=False)
+    return {
+        "erasure_id": context.run_id,
+        "client_id": config.client_id,
+        "user_digest": digest,
+        "requested_at": _requested_at(config.requested_at),
+        "reason": config.reason.strip(),
+        "requested_by": config.requested_by or tags.requested_by(context.run.tags) or "",
+        "ticket": config.ticket or None,
+        "run_id": context.run_id,
+    }
+
+
 @dg.op(
     description="Record an erasure (digest only) in audit.erasures, find the published "
     "hours that hold the user, and request one release of them (all layers).",
@@ -64,24 +84,9 @@ def erase_op(
     warehouse: Warehouse,
     releases: ReleaseRequests,
 ):
-    try:
-        digest = erasure.validate_digest(config.user_digest)
-    except ValueError as exc:
-        raise dg.Failure(description=str(exc), allow_retries=False) from None
-    if not config.reason.strip():
-        raise dg.Failure(description="an erasure needs a reason", allow_retries=False)
+    record = _erasure_record(context, config)
     spark = warehouse.spark
-    requested_by = config.requested_by or tags.requested_by(context.run.tags) or ""
-    record = {
-        "erasure_id": context.run_id,
-        "client_id": config.client_id,
-        "user_digest": digest,
-        "requested_at": _requested_at(config.requested_at),
-        "reason": config.reason.strip(),
-        "requested_by": requested_by,
-        "ticket": config.ticket or None,
-        "run_id": context.run_id,
-    }
+    requested_by = record["requested_by"]
     audit.append(
         spark,
         warehouse.warehouse_dir,
@@ -92,7 +97,7 @@ def erase_op(
         f"erasure {context.run_id} recorded for client {config.client_id}: every build from "
         f"now on leaves the user's lines out"
     )
-    found = erasure.hours_holding(spark, config.client_id, digest, erasure.salt())
+    found = erasure.hours_holding(spark, config.client_id, record["user_digest"], erasure.salt())
     hours = sorted({h for listed in found.values() for h in listed})
     for table, listed in sorted(found.items()):
         context.log.info(f"{table}: {len(listed)} published hour(s) hold the user: {listed}")

@@ -33,7 +33,7 @@ from backfill_assets.publishing.release_reads import (  # noqa: F401  (re-export
 from backfill_assets.publishing.tables import partition_locations, table_exists
 
 if TYPE_CHECKING:
-    from backfill_assets.publishing.publisher import Layer
+    from backfill_assets.names import Layer
 
 PUBLISHED, UNCHANGED, HELD_BACK = "published", "unchanged", "held_back"
 SOURCE_RELEASE, SOURCE_PUBLISHED = "release", "published"

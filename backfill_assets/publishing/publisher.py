@@ -41,11 +41,10 @@ one back first).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
 
-from backfill_assets.partitions import hours_between, shift_hour
+from backfill_assets.names import Layer
 from backfill_assets.publishing import audit, database, gates
 from backfill_assets.publishing.ledger import (  # noqa: F401  (the publisher's vocabulary)
     ABORT,
@@ -95,29 +94,6 @@ from backfill_assets.publishing.tables import (
     split_table,
     table_exists,
 )
-
-
-@dataclass(frozen=True)
-class Layer:
-    """The tables a layer publishes together, the checks that gate them, what it reads."""
-
-    name: str
-    checked_table: str  # the shadow table whose checks gate the layer
-    pairs: tuple[tuple[str, str], ...]  # (shadow table, published table)
-    checks: tuple[str, ...]
-    code_version: str
-    upstream: str | None = None  # the layer whose published table this layer reads
-    window: tuple[int, int] = (0, 0)  # upstream hours [H - back, H + ahead] an hour reads
-
-    @property
-    def tables(self) -> list[str]:
-        return [published for _, published in self.pairs]
-
-    def reads(self, hour: str) -> list[str]:
-        """The upstream hours partition ``hour`` of this layer is built from."""
-        back, ahead = self.window
-        return hours_between(shift_hour(hour, -back), shift_hour(hour, ahead))
-
 
 # --------------------------------------------------------------------------- transactions
 

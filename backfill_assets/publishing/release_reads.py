@@ -13,7 +13,7 @@ from backfill_assets.publishing import audit, gates
 from backfill_assets.publishing.tables import partition_locations
 
 if TYPE_CHECKING:
-    from backfill_assets.publishing.publisher import Layer
+    from backfill_assets.names import Layer
 
 
 def _rows(spark: SparkSession, table: str, where: Mapping, order_by: str | None = None) -> list:

@@ -33,9 +33,9 @@ import dagster as dg
 from backfill_assets import tags
 from backfill_assets.checks.outcomes import summarize
 from backfill_assets.launch import PUBLISH_KEY, step_failure
-from backfill_assets.layers.raw import BACKUP_PROBLEMS, MANIFEST_RECORDS
+from backfill_assets.names import BACKUP_PROBLEMS, MANIFEST_RECORDS, Layer
 from backfill_assets.publishing.cancel import cancellation_line
-from backfill_assets.publishing.publisher import PROVISIONAL, Layer
+from backfill_assets.publishing.publisher import PROVISIONAL
 from backfill_assets.publishing.tables import UnsafeValueError, table_key, table_name
 from backfill_assets.reporting.chart import rows_bars, rows_chart
 from backfill_assets.reporting.diff import DiffCounts
@@ -54,7 +54,7 @@ from backfill_assets.sensors.state import (
 from backfill_assets.text import markdown_text, one_line
 
 CHART_NAME = "rows_per_hour.png"
-# Gathered from the raw shadow's per-hour events (``layers.raw.MANIFEST_RECORDS``).
+# Gathered from the raw shadow's per-hour events (``names.MANIFEST_RECORDS``).
 MANIFEST_RECORDS_PER_HOUR = "manifest_records_per_hour"
 REPORT_NAME = "report.md"
 _EVENTS = {
@@ -320,11 +320,6 @@ def _by_start(records) -> list[dg.RunRecord]:
         return record.start_time or record.create_timestamp.timestamp()
 
     return sorted(records, key=started)
-
-
-def runs_of_backfill(instance: dg.DagsterInstance, backfill_id: str) -> list[str]:
-    """Run ids of a release, oldest first (kept for callers of the old name)."""
-    return [r.dagster_run.run_id for r in runs_of_release(instance, backfill_id)]
 
 
 # ------------------------------------------------------------------------------ render

@@ -6,6 +6,14 @@ from typing import Any
 
 from dagster_aws.s3 import S3Resource
 
+from backfill_assets.names import (
+    BACKUPS,
+    LAUNCH_FORM,
+    PYSPARK,
+    RELEASES,
+    SHADOW_IO_MANAGER,
+    WAREHOUSE,
+)
 from backfill_assets.resources.backup_store import LocalBackupStore, S3BackupStore
 from backfill_assets.resources.io_managers import ShadowTableIOManager
 from backfill_assets.resources.launch_form import LaunchForm
@@ -14,12 +22,15 @@ from backfill_assets.resources.spark import spark_resource
 from backfill_assets.resources.warehouse import Warehouse
 from backfill_assets.settings import Settings, is_uri
 
-PYSPARK = "pyspark"
-SHADOW_IO_MANAGER = "shadow_io_manager"
-BACKUPS = "backups"
-WAREHOUSE = "warehouse"
-RELEASES = "releases"
-LAUNCH_FORM = "launch_form"
+__all__ = [
+    "BACKUPS",
+    "LAUNCH_FORM",
+    "PYSPARK",
+    "RELEASES",
+    "SHADOW_IO_MANAGER",
+    "WAREHOUSE",
+    "build_resources",
+]
 
 
 def build_resources(settings: Settings) -> dict[str, Any]:

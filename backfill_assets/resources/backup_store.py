@@ -21,7 +21,7 @@ import dagster as dg
 from dagster_aws.s3 import S3Resource
 from pydantic import PrivateAttr
 
-from backfill_assets.settings import spark_location
+from backfill_assets.settings import s3_endpoint, spark_location
 
 FILES_SCHEMA = "path string, content binary"
 # Files fetched per Spark task: small enough to spread a range over the executors.
@@ -200,11 +200,7 @@ class S3BackupStore(BackupStore):
         return spark_location(path) if self.s3a else path
 
     def endpoint(self) -> str | None:
-        return (
-            self.s3.endpoint_url
-            or os.environ.get("AWS_ENDPOINT_URL_S3")
-            or os.environ.get("AWS_ENDPOINT_URL")
-        )
+        return self.s3.endpoint_url or s3_endpoint()
 
     def spark_reads_files(self) -> bool:
         return self.s3a  # else no S3A on the classpath: the executors fetch with pyarrow

@@ -32,6 +32,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from backfill_assets import tags
+from backfill_assets.backups.inventory import backup_bounds
 from backfill_assets.checks import rules
 from backfill_assets.errors import cause_line
 from backfill_assets.partitions import parse_hour
@@ -421,8 +422,6 @@ class ShadowTableIOManager(dg.ConfigurableIOManager):
         not yet, read as empty and what is built from them is provisional."""
         if self.backups is None:
             return set(), set()
-        from backfill_assets.sensors.state import backup_bounds
-
         bounds = backup_bounds(self.backups)
         if bounds is None:  # no backups at all (a wrong BACKUP_ROOT?): nothing is "outside"
             return set(), set()

@@ -33,10 +33,9 @@ class ReleaseRequests(dg.ConfigurableResource):
     ) -> str:
         """Submit one release rebuilding every layer from ``hours``; returns its id."""
         from backfill_assets import launch
-        from backfill_assets.definitions import build_definitions
 
         settings = self.settings()
-        keys = launch.release_selection(build_definitions(settings), list(launch.LAYERS))
+        keys = launch.release_keys(list(launch.LAYERS))
         return launch.submit_backfill(
             settings, keys, list(hours), run_tags, title=title, description=description
         )

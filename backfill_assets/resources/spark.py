@@ -236,11 +236,6 @@ class SparkUsage:
     cores: int  # executor cores of the session (local mode: the driver's)
     wall_seconds: float  # since the mark
 
-    @property
-    def allocated_core_seconds(self) -> float:
-        """Cores held x wall time: what a cluster bills, used or idle."""
-        return self.cores * self.wall_seconds
-
 
 def _status_store(spark: SparkSession):
     # Spark's status store feeds its UI; it is kept whether or not the UI runs.

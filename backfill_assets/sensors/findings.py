@@ -45,8 +45,8 @@ from datetime import UTC, datetime, timedelta
 from backfill_assets import tags
 from backfill_assets.backups.inventory import HourInventory
 from backfill_assets.layers.windows import received_window
+from backfill_assets.names import RECEIVED_HOUR_LAYERS, Layer
 from backfill_assets.partitions import clamp_range, hour_range, parse_hour, shift_hour
-from backfill_assets.publishing.publisher import Layer
 from backfill_assets.text import one_line
 
 MISSING_HOUR = "missing_hour"
@@ -554,19 +554,13 @@ def _plan_ranges(layers: Sequence[str], first: str, last: str) -> list[tuple[str
     return plan_ranges(layers, first, last)
 
 
-def _received_hour_layers() -> tuple[str, ...]:
-    from backfill_assets import launch
-
-    return tuple(getattr(launch, "RECEIVED_HOUR_LAYERS", launch.LAYERS))
-
-
 def allowed_outside(layer: str, first: str, last: str, window: Window) -> tuple[str, ...]:
     """Hours a run of ``layer`` over ``first..last`` reads that lie outside the backup tree
     (before its first hour or after its newest): they have no data yet or never will, so
     the run may read them as empty. Only session layers read beyond their own hours. Hours
     a window reaches outside the partitions (before the first, after the last) are no
     partition: nothing reads them, so they are not listed."""
-    if layer in _received_hour_layers():
+    if layer in RECEIVED_HOUR_LAYERS:
         return ()
     span = clamp_range(received_window(first)[0], received_window(last)[1])
     if span is None:

@@ -33,8 +33,8 @@ import dagster as dg
 
 from backfill_assets import holds, tags
 from backfill_assets.layers import registry
+from backfill_assets.names import Layer
 from backfill_assets.partitions import hour_range
-from backfill_assets.publishing.publisher import Layer
 from backfill_assets.publishing.tables import table_key
 from backfill_assets.resources.backup_store import BackupStore
 from backfill_assets.sensors.findings import (
@@ -126,9 +126,7 @@ def releases(requests: Sequence[RangeRequest]) -> list[tuple[RangeRequest, list[
 def submit_releases(evaluation: "Evaluation", settings: Settings) -> list[str]:
     """Submit the evaluation's releases as Dagster asset backfills; their ids."""
     from backfill_assets import launch
-    from backfill_assets.definitions import build_definitions
 
-    defs = build_definitions(settings)
     ids = []
     for request, layers in releases(evaluation.requests):
         # the release's own tags: not the per-range ones (partition range, root layer)
@@ -141,7 +139,7 @@ def submit_releases(evaluation: "Evaluation", settings: Settings) -> list[str]:
         ids.append(
             launch.submit_backfill(
                 settings,
-                launch.release_selection(defs, layers),
+                launch.release_keys(layers),
                 hour_range(request.first, request.last),
                 run_tags,
                 title=f"reconcile {request.layer} {request.first}..{request.last}",

@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
-from backfill_assets.backups.inventory import date_of_folder, hour_of_folder, take_inventory
-from backfill_assets.layers.raw import ERASED_LINES, HOUR_INPUT_FILES, INPUT_FILES_LIST
-from backfill_assets.partitions import InvalidHourError, backup_hour_path, hour_range, parse_hour
+from backfill_assets.backups.inventory import backup_bounds, take_inventory
+from backfill_assets.names import ERASED_LINES, HOUR_INPUT_FILES, INPUT_FILES_LIST, Layer
+from backfill_assets.partitions import backup_hour_path, hour_range
 from backfill_assets.partitions import shift_hour as _shift
-from backfill_assets.publishing.publisher import PROVISIONAL, Layer
+from backfill_assets.publishing.publisher import PROVISIONAL
 from backfill_assets.publishing.tables import table_key
 from backfill_assets.resources.backup_store import BackupStore
 from backfill_assets.sensors.findings import (
@@ -46,29 +46,6 @@ UNPUBLISHED = "unpublished"  # status of a rollback that removed the partition
 
 
 # ------------------------------------------------------------------------- backup tree
-
-
-def _hours_of_date(store: BackupStore, date: str) -> list[str]:
-    """The hour keys of ``raw/date=<date>``'s well-named hour folders (the others are
-    reported by the inventory as stray folders of the date's hours)."""
-    hours = []
-    for entry in store.list_dir(f"raw/date={date}"):
-        hh = hour_of_folder(entry)
-        if hh is not None:
-            try:
-                parse_hour(f"{date}T{hh}")
-            except InvalidHourError:
-                continue
-            hours.append(f"{date}T{hh}")
-    return sorted(hours)
-
-
-def backup_bounds(store: BackupStore) -> tuple[str, str] | None:
-    """First and newest hour folders of the tree (a few listings), None if it is empty."""
-    dates = sorted(d for e in store.list_dir("raw") if (d := date_of_folder(e)))
-    earliest = next((hours[0] for d in dates if (hours := _hours_of_date(store, d))), None)
-    newest = next((hours[-1] for d in reversed(dates) if (hours := _hours_of_date(store, d))), None)
-    return (earliest, newest) if earliest and newest else None
 
 
 def reconcile_window(

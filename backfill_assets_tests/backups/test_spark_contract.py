@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 
 from backfill_assets.backups import contract
 from backfill_assets.backups.spark_contract import UNDECIDED, judge
-from backfill_assets.generator import generate_backups
+from backfill_assets_dev.generator import generate_backups
 
 TYPED = (
     "payload_id",

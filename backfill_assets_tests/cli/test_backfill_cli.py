@@ -20,13 +20,13 @@ import pytest
 
 from backfill_assets import tags
 from backfill_assets.definitions import build_definitions
-from backfill_assets.generator import generate_backups
 from backfill_assets.holds import HELD_BY, in_flight
 from backfill_assets.instance import get_instance
 from backfill_assets.publishing.assets import PUBLISH
 from backfill_assets.resources.backup_store import LocalBackupStore
 from backfill_assets.sensors.reconciliation import SENSOR_NAME
 from backfill_assets.settings import Settings
+from backfill_assets_dev.generator import generate_backups
 
 pytestmark = pytest.mark.slow
 

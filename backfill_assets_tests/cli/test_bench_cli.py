@@ -26,7 +26,7 @@ def test_the_plain_job_parses_each_line_once(spark, make_backups, capsys):
     parsed every line nine times.)"""
     import json
 
-    from backfill_assets.cli.bench_plain import _raw
+    from backfill_assets_dev.cli.bench_plain import _raw
 
     root = make_backups(hours=1, clients=1, malformed_rate=0.0, write_truth=False)
     lines = sum(json.loads(m.read_text())["records"] for m in root.glob("raw/*/*/*/_MANIFEST.json"))
@@ -41,7 +41,7 @@ def test_the_plain_job_reads_the_hours_it_is_given_only(spark, make_backups):
     """The plain job reads the hours of the release it is compared with, not the tree."""
     import json
 
-    from backfill_assets.cli.bench_plain import _raw
+    from backfill_assets_dev.cli.bench_plain import _raw
 
     root = make_backups(hours=3, clients=1, malformed_rate=0.0, write_truth=False)
 
@@ -64,7 +64,7 @@ def test_the_plain_job_sessionizes_each_payload_once(spark):
     of 30 payloads in the hour it starts, which no seven-hour window holds whole."""
     from datetime import datetime, timedelta
 
-    from backfill_assets.cli.bench_plain import plain_sessions
+    from backfill_assets_dev.cli.bench_plain import plain_sessions
 
     start = datetime(2026, 11, 20, 0, 5)
     rows = [(1, "long", f"p{i}", start + timedelta(minutes=20 * i), "pageview") for i in range(30)]
@@ -94,12 +94,12 @@ def test_a_release_breakdown_adds_up_to_its_wall_time():
     happened in, the rest of each run's steps is its layer's."""
     import dagster as dg
 
-    from backfill_assets.cli.bench_release import ReleaseTimes, breakdown, read_run
     from backfill_assets.resources.spark import (
         SPARK_START_SECONDS,
         SPARK_STARTED_AT,
         SPARK_TASK_SECONDS,
     )
+    from backfill_assets_dev.cli.bench_release import ReleaseTimes, breakdown, read_run
 
     @dg.asset(name="raw_shadow")
     def raw(context: dg.AssetExecutionContext) -> None:
@@ -144,7 +144,7 @@ def test_a_run_queued_while_the_previous_one_ran_waits_in_the_queue_only():
     """The backfill daemon may queue the next run before the previous one ends (the run
     queue holds one run at a time): its wait is the queue's, from that end, not a negative
     daemon wait."""
-    from backfill_assets.cli.bench_release import ReleaseTimes, RunTimes, breakdown
+    from backfill_assets_dev.cli.bench_release import ReleaseTimes, RunTimes, breakdown
 
     first = RunTimes("a", "SUCCESS", created=110, launched=112, started=120, ended=200)
     second = RunTimes("b", "SUCCESS", created=150, launched=203, started=210, ended=230)

@@ -28,8 +28,8 @@ from hostile import (
 )
 
 from backfill_assets.backups.inventory import take_inventory
-from backfill_assets.generator import generate_backups
 from backfill_assets.resources.backup_store import LocalBackupStore
+from backfill_assets_dev.generator import generate_backups
 
 pytestmark = pytest.mark.slow
 

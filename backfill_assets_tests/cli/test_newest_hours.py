@@ -21,7 +21,6 @@ import pytest
 
 from backfill_assets import launch
 from backfill_assets.definitions import build_definitions
-from backfill_assets.generator import generate_backups, land_held_back
 from backfill_assets.partitions import ENV_END, hours_between
 from backfill_assets.publishing.publisher import PROVISIONAL
 from backfill_assets.publishing.tables import table_key
@@ -29,6 +28,7 @@ from backfill_assets.resources.backup_store import LocalBackupStore
 from backfill_assets.sensors.reconciliation import SENSOR_NAME
 from backfill_assets.sensors.state import metadata_value
 from backfill_assets.settings import Settings
+from backfill_assets_dev.generator import generate_backups, land_held_back
 
 pytestmark = pytest.mark.slow
 

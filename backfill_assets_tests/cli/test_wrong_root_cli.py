@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from backfill_assets.generator import generate_backups
+from backfill_assets_dev.generator import generate_backups
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from backfill_assets import faults
-from backfill_assets.generator import generate_backups
+from backfill_assets_dev.generator import generate_backups
 from backfill_assets_tests.conftest import kill_at_fault
 
 pytestmark = pytest.mark.slow
@@ -33,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, {str(TESTS.parent)!r})
 import dagster as dg
 from backfill_assets.definitions import build_definitions
-from backfill_assets.generator import land_held_back
+from backfill_assets_dev.generator import land_held_back
 from backfill_assets.layers.registry import LAYERS
 from backfill_assets.publishing import publisher
 from backfill_assets.publishing.tables import partition_locations

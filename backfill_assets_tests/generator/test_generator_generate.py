@@ -21,7 +21,7 @@ from backfill_assets.backups.contract import (
     parse_line,
     received_outside_hour,
 )
-from backfill_assets.generator import (
+from backfill_assets_dev.generator import (
     MARKER_NAME,
     BackupTreeExistsError,
     GeneratorError,
@@ -29,10 +29,10 @@ from backfill_assets.generator import (
     land_held_back,
     read_truth_payloads,
 )
-from backfill_assets.generator import generate as generate_module
-from backfill_assets.generator.junk import ENCODING_ERRORS, KINDS, malformed_line
-from backfill_assets.generator.truth import read_truth_folders
-from backfill_assets.generator.world import build_url_pool, client_rng
+from backfill_assets_dev.generator import generate as generate_module
+from backfill_assets_dev.generator.junk import ENCODING_ERRORS, KINDS, malformed_line
+from backfill_assets_dev.generator.truth import read_truth_folders
+from backfill_assets_dev.generator.world import build_url_pool, client_rng
 
 START = "2026-11-20T00"
 START_MS = parse_iso_ms("2026-11-20T00:00:00Z")

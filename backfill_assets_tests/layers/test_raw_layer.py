@@ -10,7 +10,6 @@ from conftest import read_tree_lines, write_backup_folder, zst
 from pyspark.sql import functions as F
 
 from backfill_assets import tags
-from backfill_assets.generator.truth import read_truth_folders
 from backfill_assets.layers.raw import (
     BACKUP_PROBLEMS,
     CODE_VERSION,
@@ -24,6 +23,7 @@ from backfill_assets.partitions import backup_hour_path, hour_range
 from backfill_assets.publishing import audit, publisher
 from backfill_assets.publishing.tables import partition_locations
 from backfill_assets.resources.io_managers import partition_stats
+from backfill_assets_dev.generator.truth import read_truth_folders
 
 FIRST, LAST = "2026-11-20T00", "2026-11-20T03"
 HOURS = hour_range(FIRST, LAST)

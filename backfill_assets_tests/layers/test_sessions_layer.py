@@ -22,8 +22,6 @@ from backfill_assets import tags
 from backfill_assets.backups.contract import format_iso_ms
 from backfill_assets.cli.main import main
 from backfill_assets.definitions import build_definitions
-from backfill_assets.generator import generate_backups
-from backfill_assets.generator.truth import read_truth_payloads, read_truth_sessions, sessionize
 from backfill_assets.launch import LAYERS, plan_ranges
 from backfill_assets.layers import aggregated, transformed
 from backfill_assets.layers.urls import normalize_url
@@ -31,6 +29,8 @@ from backfill_assets.partitions import hour_range, parse_hour, shift_hour
 from backfill_assets.publishing import audit
 from backfill_assets.publishing.tables import partition_locations, published_hours
 from backfill_assets.resources.io_managers import partition_stats
+from backfill_assets_dev.generator import generate_backups
+from backfill_assets_dev.generator.truth import read_truth_payloads, read_truth_sessions, sessionize
 
 START, HOURS = "2026-11-20T00", 15
 RECEIVED = hour_range(START, shift_hour(START, HOURS - 1))  # 00..14
@@ -171,7 +171,7 @@ def test_releases_build_the_three_layers_one_run_per_range(spark, built: Scenari
 def test_transformed_has_each_distinct_payload_of_the_hour_once_with_url_normalized(
     spark, built: Scenario
 ) -> None:
-    from backfill_assets.reporting.expected import read_deliveries
+    from backfill_assets_dev.expected import read_deliveries
 
     valid, _ = read_tree_lines(built.root)
     expected: dict[str, set[str]] = defaultdict(set)

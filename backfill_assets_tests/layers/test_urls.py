@@ -5,13 +5,13 @@ import re
 import numpy as np
 import pytest
 
-from backfill_assets.generator.world import build_url_pool
 from backfill_assets.layers.urls import (
     NORMAL_PATTERN,
     normalize_url,
     normalize_url_column,
     normalize_urls,
 )
+from backfill_assets_dev.generator.world import build_url_pool
 
 CASES = [
     # scheme and host lower-case

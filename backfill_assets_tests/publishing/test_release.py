@@ -11,13 +11,13 @@ from pyspark.sql import functions as F
 
 from backfill_assets.checks.published import RELEASE_GATE
 from backfill_assets.definitions import build_definitions
-from backfill_assets.generator import land_held_back
 from backfill_assets.layers import aggregated, raw
 from backfill_assets.layers.registry import LAYERS
 from backfill_assets.partitions import hour_range
 from backfill_assets.publishing import audit, publisher
 from backfill_assets.publishing.tables import partition_locations, table_key
-from backfill_assets.reporting import expected
+from backfill_assets_dev import expected
+from backfill_assets_dev.generator import land_held_back
 
 FIRST, LAST = "2026-11-20T00", "2026-11-20T06"
 LATE = "2026-11-20T03"

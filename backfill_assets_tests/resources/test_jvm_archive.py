@@ -1,10 +1,12 @@
-"""The driver JVM's class-data-sharing archive: made by ``make``, mapped by every driver."""
+"""The driver JVM's class-data-sharing archive: made by ``make`` (``backfill_assets_dev``),
+mapped by every driver (``backfill_assets.resources.jvm_archive``)."""
 
 import json
 import subprocess
 from pathlib import Path
 
 from backfill_assets.resources import jvm_archive
+from backfill_assets_dev import jvm_archive as making
 
 
 def test_the_suite_driver_jvm_maps_the_archive_make_created(spark):
@@ -12,7 +14,7 @@ def test_the_suite_driver_jvm_maps_the_archive_make_created(spark):
     # the archive was accepted (a stale one is ignored by the JVM and never mapped).
     archive = jvm_archive.archive_path()
     assert archive.is_file(), "run `make jvm-archive` (make test and make demo do)"
-    assert jvm_archive.is_current()
+    assert making.is_current()
     pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
     maps = Path(f"/proc/{pid}/maps").read_text()
     assert str(archive) in maps
@@ -21,7 +23,7 @@ def test_the_suite_driver_jvm_maps_the_archive_make_created(spark):
 def test_without_an_archive_the_jvm_options_are_unchanged(monkeypatch, tmp_path: Path):
     monkeypatch.setattr(jvm_archive, "archive_path", lambda: tmp_path / "none.jsa")
     assert jvm_archive.java_options() == []
-    assert not jvm_archive.is_current()
+    assert not making.is_current()
 
 
 def test_an_archive_of_another_java_is_not_current(monkeypatch, tmp_path: Path):
@@ -29,7 +31,7 @@ def test_an_archive_of_another_java_is_not_current(monkeypatch, tmp_path: Path):
     archive.write_bytes(b"")
     archive.with_suffix(".json").write_text(json.dumps({"java": "another", "pyspark": "0"}))
     monkeypatch.setattr(jvm_archive, "archive_path", lambda: archive)
-    assert not jvm_archive.is_current()
+    assert not making.is_current()
     assert jvm_archive.java_options()[0] == f"-XX:SharedArchiveFile={archive}"
 
 
@@ -38,7 +40,7 @@ def test_a_stale_archive_is_ignored_quietly(monkeypatch, tmp_path: Path):
     archive.write_bytes(b"not an archive")
     monkeypatch.setattr(jvm_archive, "archive_path", lambda: archive)
     java = subprocess.run(
-        [jvm_archive.java(), *jvm_archive.java_options(), "-version"],
+        [making.java(), *jvm_archive.java_options(), "-version"],
         capture_output=True,
         text=True,
     )

@@ -8,8 +8,8 @@ import dagster as dg
 import pytest
 
 from backfill_assets import faults
-from backfill_assets.generator import generate_backups
 from backfill_assets.sensors.orphans import fail_orphaned_runs, worker_pid
+from backfill_assets_dev.generator import generate_backups
 from backfill_assets_tests.conftest import kill_at_fault
 
 pytestmark = pytest.mark.slow

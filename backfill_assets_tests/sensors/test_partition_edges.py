@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from backfill_assets.generator import generate_backups
+from backfill_assets_dev.generator import generate_backups
 
 FIRST = "2026-11-20T00"
 # A sensor tick as the daemon evaluates it: the sensor itself, with a real instance, its

@@ -25,13 +25,11 @@ from pyspark.sql import functions as F
 from backfill_assets import launch, tags
 from backfill_assets.cli.main import main
 from backfill_assets.definitions import build_definitions
-from backfill_assets.generator import generate_backups, land_held_back
 from backfill_assets.layers import raw, registry
 from backfill_assets.layers.windows import session_hours_touching
 from backfill_assets.partitions import backup_hour_path, hour_range
 from backfill_assets.publishing import audit
 from backfill_assets.publishing.tables import table_key
-from backfill_assets.reporting import expected
 from backfill_assets.reporting.diff import diff_layer
 from backfill_assets.reporting.estimate import estimate
 from backfill_assets.reporting.report import build_report
@@ -40,6 +38,8 @@ from backfill_assets.sensors import findings, state
 from backfill_assets.sensors.reconciliation import SENSOR_NAME, Evaluation, releases
 from backfill_assets.sensors.reconciliation import evaluate as evaluate_sensor
 from backfill_assets.settings import Settings
+from backfill_assets_dev import expected
+from backfill_assets_dev.generator import generate_backups, land_held_back
 
 FIRST, LAST = "2026-11-20T00", "2026-11-20T03"
 LATE = "2026-11-20T01"  # client 2's folder of this hour lands after the live run

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from backfill_assets.generator import generate_backups
 from backfill_assets.resources.spark import s3a_conf
 from backfill_assets.settings import PROJECT_ROOT, Settings
+from backfill_assets_dev.generator import generate_backups
 from backfill_assets_tests.stack import servers
 
 BUCKET = "backups"

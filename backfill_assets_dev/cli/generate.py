@@ -142,7 +142,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_generate(args: argparse.Namespace) -> int:
     """Handler of ``generate``."""
-    from backfill_assets.generator import GeneratorError, generate_backups
+    from backfill_assets_dev.generator import GeneratorError, generate_backups
 
     out = args.out or Settings.from_env().backup_root  # --into-backup-root
     try:
@@ -174,7 +174,7 @@ def run_generate(args: argparse.Namespace) -> int:
 
 def run_land(args: argparse.Namespace) -> int:
     """Handler of ``land``."""
-    from backfill_assets.generator import GeneratorError, land_held_back
+    from backfill_assets_dev.generator import GeneratorError, land_held_back
 
     root = args.root or Settings.from_env().backup_root  # --into-backup-root
     try:

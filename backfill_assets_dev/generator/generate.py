@@ -38,9 +38,11 @@ from backfill_assets.backups.contract import (
     MANIFEST_NAME,
     PART_FILE_SUFFIX,
 )
-from backfill_assets.generator import truth
-from backfill_assets.generator.junk import ENCODING_ERRORS, malformed_line
-from backfill_assets.generator.world import (
+from backfill_assets.partitions import InvalidHourError, backup_hour_path, hour_range, parse_hour
+from backfill_assets.settings import is_uri
+from backfill_assets_dev.generator import truth
+from backfill_assets_dev.generator.junk import ENCODING_ERRORS, malformed_line
+from backfill_assets_dev.generator.world import (
     EXTRA_FRAGMENTS,
     HOUR_MS,
     LATE_DAYS,
@@ -52,8 +54,6 @@ from backfill_assets.generator.world import (
     json_strings,
     simulate_client,
 )
-from backfill_assets.partitions import InvalidHourError, backup_hour_path, hour_range, parse_hour
-from backfill_assets.settings import is_uri
 
 logger = logging.getLogger(__name__)
 

@@ -104,7 +104,7 @@ def release_command(first: str, last: str) -> list[str]:
 
 
 def plain_command(backups: Path, out: Path, first: str, last: str) -> list[str]:
-    module = "backfill_assets.cli.bench_plain"
+    module = "backfill_assets_dev.cli.bench_plain"
     return [sys.executable, "-m", module, str(backups), str(out), first, last]
 
 
@@ -119,8 +119,8 @@ def run_release(root: Path, backups: Path, home: Path, name: str, first: str, ho
     its metastore, the later ones repair a live warehouse, as an operator's do."""
     import dagster as dg
 
-    from backfill_assets.cli.bench_release import read_release
     from backfill_assets.partitions import shift_hour
+    from backfill_assets_dev.cli.bench_release import read_release
 
     env = bench_env(backups, home.with_name(f"{home.name}_data"), home, first)
     done = timed(release_command(first, shift_hour(first, hours - 1)), env, root / f"{name}.log")
@@ -209,7 +209,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _day(args: argparse.Namespace, root: Path) -> bool:
     """The generated day's releases (alternating with the plain job with ``--compare``)."""
-    from backfill_assets.generator import generate_backups
+    from backfill_assets_dev.generator import generate_backups
 
     # The generator's default shape yields about one payload per user and hour.
     users = max(1, round(args.payloads / (args.clients * args.hours * 1.04)))
@@ -253,7 +253,7 @@ def _day(args: argparse.Namespace, root: Path) -> bool:
 
 
 def _report(title: str, releases: list, plains: list[Timed], lines: int | None = None) -> None:
-    from backfill_assets.cli.bench_release import breakdown_table, run_lines
+    from backfill_assets_dev.cli.bench_release import breakdown_table, run_lines
 
     walls = [r.wall for r in releases]
     print(f"\n== release of {title}: {len(releases)} round(s)")
@@ -290,7 +290,7 @@ def _report(title: str, releases: list, plains: list[Timed], lines: int | None =
 def _fixed_cost(root: Path, hours: int, rounds: int) -> bool:
     """``rounds`` releases of ``hours`` hours of tiny data (one client, ~36 lines an hour):
     what any repair costs before its data does."""
-    from backfill_assets.generator import generate_backups
+    from backfill_assets_dev.generator import generate_backups
 
     backups, home = root / "tiny", root / "tiny_home"
     generate_backups(

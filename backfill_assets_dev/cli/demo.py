@@ -51,10 +51,10 @@ if TYPE_CHECKING:
     import dagster as dg
 
     from backfill_assets.launch import BackfillOutcome, DaemonSupervisor, RunSummary
-    from backfill_assets.publishing.publisher import Layer
-    from backfill_assets.reporting.expected import Delivery
+    from backfill_assets.names import Layer
     from backfill_assets.reporting.report import BackfillReport
     from backfill_assets.settings import Settings
+    from backfill_assets_dev.expected import Delivery
 
 START = "2026-11-20T00"
 LAST = "2026-11-20T23"
@@ -121,8 +121,8 @@ def _quiet(log_path: Path) -> Iterator[None]:
 
 def _check_backup_root(root: str) -> None:
     """Refuse anything but a local folder that is empty or holds a generated tree."""
-    from backfill_assets.generator import TRUTH_DIR
     from backfill_assets.settings import is_uri
+    from backfill_assets_dev.generator import TRUTH_DIR
 
     if is_uri(root):
         raise CommandError(
@@ -246,14 +246,14 @@ def _sensor_tick(
     daemon's tick, reset the sensor to its declared status; what the tick did."""
     import dagster as dg
 
-    from backfill_assets import launch, tags
+    from backfill_assets import tags
     from backfill_assets.publishing.tables import table_key
     from backfill_assets.sensors.reconciliation import SENSOR_NAME
 
     began = time.time()
     supervisor.ensure()
     actions = ("clear_cursor", "start") if first else ("start",)
-    launch.control_sensor(settings, SENSOR_NAME, *actions)
+    control_sensor(settings, SENSOR_NAME, *actions)
     try:
         tick = None
         while tick is None:
@@ -275,7 +275,7 @@ def _sensor_tick(
             if tick is None:
                 time.sleep(1.0)
     finally:
-        launch.control_sensor(settings, SENSOR_NAME, "reset")
+        control_sensor(settings, SENSOR_NAME, "reset")
     observations = [
         record.asset_observation
         for layer in layers
@@ -334,11 +334,11 @@ def _demo(
 ) -> int:
     from backfill_assets import launch, tags
     from backfill_assets.definitions import build_definitions
-    from backfill_assets.generator import generate_backups, land_held_back
     from backfill_assets.layers.registry import LAYERS
     from backfill_assets.partitions import hour_range
-    from backfill_assets.reporting import expected
     from backfill_assets.reporting.report import BackfillReport, build_report
+    from backfill_assets_dev import expected
+    from backfill_assets_dev.generator import generate_backups, land_held_back
 
     step = _Steps()
     layers = [LAYERS[name] for name in launch.LAYERS if name in LAYERS]
@@ -474,8 +474,8 @@ def _truth_lines(
 ) -> tuple[list[str], bool]:
     """The published numbers against the ground truth, and whether they all match."""
     from backfill_assets.partitions import hour_range
-    from backfill_assets.reporting import expected
     from backfill_assets.sensors.state import published_from_instance
+    from backfill_assets_dev import expected
 
     day = hour_range(START, LAST)
     published = published_from_instance(instance, layers, day)
@@ -539,3 +539,33 @@ def _truth_lines(
             f"recovered (missing or cut short before the late files landed, right now)"
         )
     return lines, ok
+
+
+# ------------------------------------------------------------- the sensor, as the UI's buttons
+
+_SENSOR_ACTIONS = {
+    "clear_cursor": "setSensorCursor(sensorSelector: $selector)",  # no cursor: forget
+    "start": "startSensor(sensorSelector: $selector)",
+    "reset": "resetSensor(sensorSelector: $selector)",  # back to the status in its code
+}
+
+
+def control_sensor(settings: Settings, name: str, *actions: str) -> str:
+    """Do what the UI's sensor buttons do, in order, in one GraphQL request: ``clear_cursor``,
+    ``start``, ``reset`` (to the default status its code declares). Returns the sensor's
+    status afterwards (``RUNNING`` or ``STOPPED``)."""
+    from backfill_assets import launch
+
+    unknown = [a for a in actions if a not in _SENSOR_ACTIONS]
+    if unknown or not actions:
+        raise ValueError(f"sensor actions {list(actions)}: each one of {sorted(_SENSOR_ACTIONS)}")
+    fields = "".join(
+        f"  {action}: {_SENSOR_ACTIONS[action]} {{\n    __typename\n"
+        f"    ... on Sensor {{ sensorState {{ status }} }}\n    ... on Error {{ message }}\n  }}\n"
+        for action in actions
+    )
+    selector = {"repositoryLocationName": launch.LOCATION, "repositoryName": launch.REPOSITORY}
+    query = f"mutation Sensor($selector: SensorSelector!) {{\n{fields}}}"
+    data = launch.graphql(settings, query, {"selector": {**selector, "sensorName": name}})
+    states = [launch.mutation_outcome(data[action], "Sensor")["sensorState"] for action in actions]
+    return states[-1]["status"]

@@ -5,7 +5,7 @@ describes (plus ``_held_back/`` and ``_truth/``); ``land_held_back`` lands held-
 folders; ``sessionize`` and the ``read_truth_*`` readers give the expected answers.
 """
 
-from backfill_assets.generator.generate import (
+from backfill_assets_dev.generator.generate import (
     HELD_BACK_DIR,
     MARKER_NAME,
     RAW_DIR,
@@ -18,7 +18,7 @@ from backfill_assets.generator.generate import (
     land_held_back,
     parse_hold_back,
 )
-from backfill_assets.generator.truth import (
+from backfill_assets_dev.generator.truth import (
     SESSION_GAP_MS,
     read_truth_folders,
     read_truth_payloads,

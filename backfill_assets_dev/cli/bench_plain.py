@@ -7,7 +7,7 @@ sessionized once, per client and user, each session kept in the hour it starts. 
 the bench code on purpose: the product never imports it, so it stays an independent
 yardstick.
 
-``python -m backfill_assets.cli.bench_plain BACKUPS OUT FIRST LAST`` runs it in a process of
+``python -m backfill_assets_dev.cli.bench_plain BACKUPS OUT FIRST LAST`` runs it in a process of
 its own (a new Python and Spark JVM, the code location's Spark configuration, ``DATA_ROOT``
 under ``OUT``) over the received hours ``FIRST..LAST`` and the session hours of that range,
 and prints its times as one JSON object: ``bench --compare`` times that process from its
@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 4:
         print(
-            "usage: python -m backfill_assets.cli.bench_plain BACKUPS OUT FIRST LAST",
+            "usage: python -m backfill_assets_dev.cli.bench_plain BACKUPS OUT FIRST LAST",
             file=sys.stderr,
         )
         return 2

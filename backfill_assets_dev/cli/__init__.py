@@ -1,0 +1,1 @@
+"""The development subcommands of ``backfill-assets`` (``backfill_assets.cli.main``)."""
