@@ -124,10 +124,10 @@ def test_concurrent_fenced_backfills_on_the_cluster_match_the_truth(stack: Stack
     assert any(k.startswith("data/warehouse/shadow/") and k.endswith(".parquet") for k in keys)
     assert not any(k.startswith("data/warehouse/audit/") for k in keys)
     assert "__magic" in s3_log
-    with psycopg2.connect(servers.libpq_url(stack.env["BACKFILL_LEDGER_URL"])) as conn:
-        with conn.cursor() as cur:
-            cur.execute("SELECT count(*) FROM publications WHERE phase = 'commit'")
-            assert cur.fetchone()[0] > 0
+    ledger_url = servers.libpq_url(stack.env["BACKFILL_LEDGER_URL"])
+    with psycopg2.connect(ledger_url) as conn, conn.cursor() as cur:
+        cur.execute("SELECT count(*) FROM publications WHERE phase = 'commit'")
+        assert cur.fetchone()[0] > 0
 
     counted = [SESSION_HOUR]
     rows = sql(
