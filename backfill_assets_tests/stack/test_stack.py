@@ -112,18 +112,22 @@ def test_concurrent_fenced_backfills_on_the_cluster_match_the_truth(stack: Stack
         key = part.relative_to(stack.backups).as_posix()
         assert f"GET /backups/tree/{key}" in s3_log, key
 
-    # The warehouse is on S3: the shadow versions (which published partitions point at) and
-    # the audit tables are objects of its bucket, the versions written by Spark's S3A magic
-    # committer (its __magic paths in the log).
+    # The warehouse is on S3: the shadow versions (which published partitions point at) are
+    # objects of its bucket, written by Spark's S3A magic committer (its __magic paths in the
+    # log); the ledger is in the stack's Postgres (database `ledger`), none of it on S3.
     client = servers.s3_client(stack.env["AWS_ENDPOINT_URL_S3"], AWS)
     keys = [
         o["Key"]
         for page in client.get_paginator("list_objects_v2").paginate(Bucket=WAREHOUSE_BUCKET)
         for o in page.get("Contents", [])
     ]
-    for folder in ("warehouse/shadow/", "warehouse/audit/publications/"):
-        assert any(k.startswith(f"data/{folder}") and k.endswith(".parquet") for k in keys)
+    assert any(k.startswith("data/warehouse/shadow/") and k.endswith(".parquet") for k in keys)
+    assert not any(k.startswith("data/warehouse/audit/") for k in keys)
     assert "__magic" in s3_log
+    ledger_url = servers.libpq_url(stack.env["BACKFILL_LEDGER_URL"])
+    with psycopg2.connect(ledger_url) as conn, conn.cursor() as cur:
+        cur.execute("SELECT count(*) FROM publications WHERE phase = 'commit'")
+        assert cur.fetchone()[0] > 0
 
     counted = [SESSION_HOUR]
     rows = sql(
