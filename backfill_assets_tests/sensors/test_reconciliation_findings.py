@@ -6,8 +6,8 @@ import pytest
 
 from backfill_assets.backups.inventory import Folder, HourInventory, PartFile
 from backfill_assets.layers.windows import session_hours_touching
-from backfill_assets.partitions import backup_hour_path, hour_range
 from backfill_assets.names import Layer
+from backfill_assets.partitions import backup_hour_path, hour_range
 from backfill_assets.sensors import findings as F
 
 RAW = Layer(
