@@ -84,8 +84,14 @@ ATTACKS = {
 
 
 def test_writes_hidden_in_a_query_are_refused_and_change_nothing(
-    spark, make_backups, run_release, base_settings, capsys: pytest.CaptureFixture[str]
+    spark,
+    make_backups,
+    run_release,
+    base_settings,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setenv("DATA_ROOT", base_settings.data_root)  # `sql` reads this ledger
     release = run_release(make_backups(hours=2), FIRST, LAST, downstream=False)
     assert release.success, release.failures
     capsys.readouterr()  # the run's log
