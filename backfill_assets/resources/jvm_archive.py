@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from backfill_assets.settings import Settings
+
 # Silence the JVM's CDS warnings (a stale archive is a slower start, not an error).
 _QUIET = ["-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
 
@@ -80,8 +82,10 @@ def java() -> str:
 _VM_MODES = re.compile(r", [^()]*\)$")
 
 
-def _identity() -> dict[str, str]:
-    """What the archive depends on: the JDK build and the Spark jars."""
+def identity() -> dict[str, object]:
+    """What the archive depends on: the JDK build, the Spark jars and the jars the project
+    adds to the driver's classpath (the S3A connector of ``make jars``: a classpath other
+    than the dump's makes the JVM ignore the archive quietly)."""
     import pyspark
 
     printed = subprocess.run([java(), "-version"], capture_output=True, text=True, check=False)
@@ -93,7 +97,13 @@ def _identity() -> dict[str, str]:
         for line in printed.stderr.strip().splitlines()
         if not line.startswith("Picked up ")
     )
-    return {"java": version, "pyspark": pyspark.__version__, "python": sys.prefix}
+    jars = [[Path(jar).name, Path(jar).stat().st_size] for jar in Settings.from_env().spark_jars]
+    return {
+        "java": version,
+        "pyspark": pyspark.__version__,
+        "python": sys.prefix,
+        "classpath": jars,
+    }
 
 
 def archive_path() -> Path:
@@ -116,7 +126,7 @@ def is_current() -> bool:
     if not (path.is_file() and sidecar.is_file()):
         return False
     try:
-        return json.loads(sidecar.read_text()) == _identity()
+        return json.loads(sidecar.read_text()) == identity()
     except (OSError, ValueError):
         return False
 
@@ -147,7 +157,7 @@ def create() -> Path:
                 + done.stderr[-3000:]
             )
         os.replace(shutil.copy(dump, path.with_suffix(".tmp")), path)
-    path.with_suffix(".json").write_text(json.dumps(_identity()))
+    path.with_suffix(".json").write_text(json.dumps(identity()))
     return path
 
 
