@@ -14,7 +14,9 @@ even rounds); the medians are printed with the load average, and written to
 ``results.json`` in the work directory.
 
 Raw layer throughput: the tree's lines over the raw steps' time (``bench_release``: the
-Spark start taken out); release throughput: the lines over the command's wall time.
+Spark start taken out); release throughput: the lines over the command's wall time; and
+the lines per second of executor CPU time (Spark's event log of each release), which
+other work on the machine changes least.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ class Round:
     wall: float
     raw: float  # raw steps, Spark start taken out
     task: float  # executor task seconds of the release's runs
+    cpu: float  # executor CPU seconds of the release's tasks
     load: float  # 1-minute load average at the release's end
 
     @property
@@ -69,14 +72,32 @@ def _terminate(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def _conf_dir(root: Path, cores: int) -> Path:
+def _conf_dir(root: Path, cores: int, events: Path) -> Path:
     """The project's Spark configuration with ``spark.cores.max`` (a standalone master
-    gives an application that many cores, one executor of one core per worker)."""
-    target = root / f"spark-conf-{cores}"
+    gives an application that many cores, one executor of one core per worker) and Spark's
+    event log in ``events`` (the executors' CPU time of the release's tasks)."""
+    target = root / "spark-conf" / events.name
     shutil.copytree(PROJECT_ROOT / "spark", target, dirs_exist_ok=True)
+    events.mkdir(parents=True, exist_ok=True)
     with open(target / "production.conf", "a") as conf:
-        conf.write(f"\nspark.cores.max {cores}\n")
+        conf.write(
+            f"\nspark.cores.max {cores}\nspark.eventLog.enabled true\n"
+            f"spark.eventLog.dir {events.as_uri()}\n"
+        )
     return target
+
+
+def executor_cpu_seconds(events: Path) -> float:
+    """The executors' CPU time of every task in the event logs of ``events``: what the
+    release's data cost, whatever else the machine was doing."""
+    nanoseconds = 0
+    for log in sorted(events.iterdir()):
+        with open(log, errors="replace") as lines:
+            for line in lines:
+                if '"Event":"SparkListenerTaskEnd"' in line:
+                    metrics = json.loads(line).get("Task Metrics") or {}
+                    nanoseconds += metrics.get("Executor CPU Time", 0)
+    return nanoseconds / 1e9
 
 
 def _generate(root: Path, args: argparse.Namespace):
@@ -166,22 +187,23 @@ def time_release(root: Path, env: dict[str, str], name: str, hours: int):
 
 def run_rounds(root: Path, setups: dict, rounds: int, hours: int) -> list[Round]:
     order = [(storage, cores) for cores in CORES for storage in STORAGES]
-    conf_dirs = {cores: _conf_dir(root, cores) for cores in CORES}
     results = []
     for number in range(1, rounds + 1):
         for storage, cores in order if number % 2 else reversed(order):
+            name = f"{storage}-{cores}core-{number}"
+            events = root / "events" / name
             env = {
                 **setups[storage],
-                "SPARK_CONF_DIR": str(conf_dirs[cores]),
+                "SPARK_CONF_DIR": str(_conf_dir(root, cores, events)),
                 "SPARK_EXECUTOR_INSTANCES": str(cores),
             }
-            name = f"{storage}-{cores}core-{number}"
             ok, wall, raw, task = time_release(root, env, name, hours)
-            result = Round(storage, cores, number, ok, wall, raw, task, os.getloadavg()[0])
+            cpu = executor_cpu_seconds(events)
+            result = Round(storage, cores, number, ok, wall, raw, task, cpu, os.getloadavg()[0])
             results.append(result)
             print(
                 f"round {number} {storage} {cores} core(s): release {wall:.1f}s, raw steps "
-                f"{raw:.1f}s, task {task:.1f}s, load {result.load:.1f}",
+                f"{raw:.1f}s, task {task:.1f}s, executor CPU {cpu:.1f}s, load {result.load:.1f}",
                 flush=True,
             )
     return results
@@ -191,23 +213,27 @@ def report(results: list[Round], lines: int) -> list[str]:
     """A Markdown table of the medians per setup, and the scaling from 1 to 2 cores."""
     out = [
         "| storage | executor cores | release s | raw steps s | raw lines/s | raw lines/s "
-        "per core | release lines/s | load (1 min) | rounds |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "per core | release lines/s | lines per executor CPU s | load (1 min) | rounds |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     medians = {}
     for storage in STORAGES:
         for cores in CORES:
-            done = [r for r in results if r.setup == (storage, cores) and r.ok]
+            timed = [r for r in results if r.setup == (storage, cores)]
+            done = [r for r in timed if r.ok]
             if not done:
-                out.append(f"| {storage} | {cores} | failed | | | | | | 0 |")
+                state = "failed" if timed else "not run"
+                out.append(f"| {storage} | {cores} | {state} | | | | | | | 0 |")
                 continue
             wall = statistics.median(r.wall for r in done)
             raw = statistics.median(r.raw for r in done)
             load = statistics.median(r.load for r in done)
+            cpu = statistics.median(r.cpu for r in done)
             medians[storage, cores] = (wall, raw)
             out.append(
                 f"| {storage} | {cores} | {wall:.1f} | {raw:.1f} | {lines / raw:,.0f} | "
-                f"{lines / raw / cores:,.0f} | {lines / wall:,.0f} | {load:.1f} | {len(done)} |"
+                f"{lines / raw / cores:,.0f} | {lines / wall:,.0f} | "
+                f"{lines / cpu if cpu else 0:,.0f} | {load:.1f} | {len(done)} |"
             )
     for storage in STORAGES:
         if (storage, 1) in medians and (storage, 2) in medians:
