@@ -60,7 +60,8 @@ class Round:
     wall: float
     raw: float  # raw steps, Spark start taken out
     task: float  # executor task seconds of the release's runs
-    cpu: float  # executor CPU seconds of the release's tasks
+    cpu: float  # executor CPU seconds of the release's tasks (JVM task threads)
+    process_cpu: float  # CPU seconds of the release's executor processes and Python workers
     load: float  # 1-minute load average at the release's end
 
     @property
@@ -86,6 +87,17 @@ def _conf_dir(root: Path, cores: int, events: Path) -> Path:
             "spark.eventLog.rolling.enabled false\n"
         )
     return target
+
+
+def workers_children_cpu(processes: servers.Processes) -> float:
+    """CPU seconds of the executors the Spark workers ran and reaped (their JVMs and Python
+    workers: ``cutime + cstime`` of each worker process)."""
+    total = 0
+    for server in processes.servers:
+        if server.name.startswith("spark-worker"):
+            stat = Path(f"/proc/{server.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(stat[13]) + int(stat[14])  # fields 16, 17: cutime, cstime
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def executor_cpu_seconds(events: Path) -> float:
@@ -194,7 +206,9 @@ def time_release(root: Path, env: dict[str, str], name: str, hours: int):
     return done.returncode == 0, release.wall, raw, task
 
 
-def run_rounds(root: Path, setups: dict, rounds: int, hours: int) -> list[Round]:
+def run_rounds(
+    processes: servers.Processes, root: Path, setups: dict, rounds: int, hours: int
+) -> list[Round]:
     order = [(storage, cores) for cores in CORES for storage in STORAGES]
     results = []
     for number in range(1, rounds + 1):
@@ -206,13 +220,19 @@ def run_rounds(root: Path, setups: dict, rounds: int, hours: int) -> list[Round]
                 "SPARK_CONF_DIR": str(_conf_dir(root, cores, events)),
                 "SPARK_EXECUTOR_INSTANCES": str(cores),
             }
+            before = workers_children_cpu(processes)
             ok, wall, raw, task = time_release(root, env, name, hours)
-            cpu = executor_cpu_seconds(events)
-            result = Round(storage, cores, number, ok, wall, raw, task, cpu, os.getloadavg()[0])
+            cpu, process_cpu = (
+                executor_cpu_seconds(events),
+                workers_children_cpu(processes) - before,
+            )
+            load = os.getloadavg()[0]
+            result = Round(storage, cores, number, ok, wall, raw, task, cpu, process_cpu, load)
             results.append(result)
             print(
                 f"round {number} {storage} {cores} core(s): release {wall:.1f}s, raw steps "
-                f"{raw:.1f}s, task {task:.1f}s, executor CPU {cpu:.1f}s, load {result.load:.1f}",
+                f"{raw:.1f}s, task {task:.1f}s, executor CPU {cpu:.1f}s (tasks) "
+                f"{process_cpu:.1f}s (processes), load {load:.1f}",
                 flush=True,
             )
     return results
@@ -222,7 +242,8 @@ def report(results: list[Round], lines: int) -> list[str]:
     """A Markdown table of the medians per setup, and the scaling from 1 to 2 cores."""
     out = [
         "| storage | executor cores | release s | raw steps s | raw lines/s | raw lines/s "
-        "per core | release lines/s | lines per executor CPU s | load (1 min) | rounds |",
+        "per core | release lines/s | lines per executor CPU s (tasks / processes) | "
+        "load (1 min) | rounds |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     medians = {}
@@ -238,11 +259,13 @@ def report(results: list[Round], lines: int) -> list[str]:
             raw = statistics.median(r.raw for r in done)
             load = statistics.median(r.load for r in done)
             cpu = statistics.median(r.cpu for r in done)
+            process_cpu = statistics.median(r.process_cpu for r in done)
             medians[storage, cores] = (wall, raw)
             out.append(
                 f"| {storage} | {cores} | {wall:.1f} | {raw:.1f} | {lines / raw:,.0f} | "
                 f"{lines / raw / cores:,.0f} | {lines / wall:,.0f} | "
-                f"{lines / cpu if cpu else 0:,.0f} | {load:.1f} | {len(done)} |"
+                f"{lines / cpu if cpu else 0:,.0f} / "
+                f"{lines / process_cpu if process_cpu else 0:,.0f} | {load:.1f} | {len(done)} |"
             )
     for storage in STORAGES:
         if (storage, 1) in medians and (storage, 2) in medians:
@@ -273,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         setups = start_servers(processes, root, base)
-        results = run_rounds(root, setups, args.rounds, args.hours)
+        results = run_rounds(processes, root, setups, args.rounds, args.hours)
     finally:
         processes.stop_all()
         signal.signal(signal.SIGTERM, previous)
