@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 export DAGSTER_HOME ?= $(CURDIR)/var/dagster_home
 
-.PHONY: demo test test-stack ui lint docs install jars check-java stack-deps browser-deps jvm-archive clean
+.PHONY: demo test test-stack bench-stack ui lint docs install jars check-java stack-deps browser-deps jvm-archive clean
 
 install: $(STAMP) jars
 
@@ -67,6 +67,12 @@ test: install check-java stack-deps browser-deps jvm-archive
 # worker, S3 (moto), Dagster on Postgres with its daemon; all on 127.0.0.1 (docs/deployment.md).
 test-stack: install check-java stack-deps jvm-archive
 	$(BIN)/python -m pytest backfill_assets_tests/stack $(PYTEST_ARGS)
+
+# Scale on the production stack (docs/benchmarks.md): the same release with one and two
+# executor cores, backups and warehouse on S3 and on local disk, its servers on 127.0.0.1
+# stopped by PID at the end. BENCH_ARGS: --payloads, --hours, --clients, --rounds, --keep.
+bench-stack: install check-java stack-deps jvm-archive
+	$(BIN)/python -m backfill_assets_tests.stack.bench_scale $(BENCH_ARGS)
 
 ui: install check-java jvm-archive
 	$(BIN)/python -c 'from backfill_assets.instance import prepare_dagster_home as p; from backfill_assets.settings import Settings as S; print("DAGSTER_HOME:", p(S.from_env()))'

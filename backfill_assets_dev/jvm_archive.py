@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from backfill_assets.resources import jvm_archive as runtime
-from backfill_assets.settings import java_home
+from backfill_assets.settings import Settings, java_home
 
 # What the archive is dumped from: a local session doing what runs do (Hive DDL on the
 # embedded metastore, partitioned Parquet writes, JSON parsing, joins, windows, Arrow).
@@ -81,8 +81,10 @@ def java() -> str:
 _VM_MODES = re.compile(r", [^()]*\)$")
 
 
-def _identity() -> dict[str, str]:
-    """What the archive depends on: the JDK build and the Spark jars."""
+def identity() -> dict[str, object]:
+    """What the archive depends on: the JDK build, the Spark jars and the jars the project
+    adds to the driver's classpath (the S3A connector of ``make jars``: a classpath other
+    than the dump's makes the JVM ignore the archive quietly)."""
     import pyspark
 
     printed = subprocess.run([java(), "-version"], capture_output=True, text=True, check=False)
@@ -94,7 +96,13 @@ def _identity() -> dict[str, str]:
         for line in printed.stderr.strip().splitlines()
         if not line.startswith("Picked up ")
     )
-    return {"java": version, "pyspark": pyspark.__version__, "python": sys.prefix}
+    jars = [[Path(jar).name, Path(jar).stat().st_size] for jar in Settings.from_env().spark_jars]
+    return {
+        "java": version,
+        "pyspark": pyspark.__version__,
+        "python": sys.prefix,
+        "classpath": jars,
+    }
 
 
 def is_current() -> bool:
@@ -103,7 +111,7 @@ def is_current() -> bool:
     if not (path.is_file() and sidecar.is_file()):
         return False
     try:
-        return json.loads(sidecar.read_text()) == _identity()
+        return json.loads(sidecar.read_text()) == identity()
     except (OSError, ValueError):
         return False
 
@@ -134,7 +142,7 @@ def create() -> Path:
                 + done.stderr[-3000:]
             )
         os.replace(shutil.copy(dump, path.with_suffix(".tmp")), path)
-    path.with_suffix(".json").write_text(json.dumps(_identity()))
+    path.with_suffix(".json").write_text(json.dumps(identity()))
     return path
 
 

@@ -46,3 +46,18 @@ def test_a_stale_archive_is_ignored_quietly(monkeypatch, tmp_path: Path):
     )
     assert java.returncode == 0, java.stderr
     assert "cds" not in java.stderr.lower() and "shared archive" not in java.stderr.lower()
+
+
+def test_an_archive_dumped_before_the_jars_changed_is_not_current(monkeypatch, tmp_path: Path):
+    # An archive made before `make jars` put the S3A connector on the driver's classpath
+    # (or with other jars) is stale: the JVM would ignore it quietly, so make remakes it.
+    archive = tmp_path / "spark-driver.jsa"
+    archive.write_bytes(b"")
+    jars = tmp_path / "jars"
+    jars.mkdir()
+    monkeypatch.setenv("BACKFILL_SPARK_JARS", str(jars))
+    monkeypatch.setattr(jvm_archive, "archive_path", lambda: archive)
+    archive.with_suffix(".json").write_text(json.dumps(making.identity()))
+    assert making.is_current()
+    (jars / "hadoop-aws-3.5.0.jar").write_bytes(b"a jar")
+    assert not making.is_current()

@@ -15,7 +15,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,7 +82,7 @@ def postgres_url(processes: servers.Processes, stack_logs: Path) -> str:
     return servers.start_postgres(processes, stack_logs, ["dagster", "metastore", "ledger"])
 
 
-def _instance_config(home: Path) -> None:
+def write_instance_config(home: Path) -> None:
     """The production instance config minus what needs Kubernetes: same storage, pools,
     run queue and S3 compute logs; runs launched as local processes by the daemon."""
     config = yaml.safe_load((PROJECT_ROOT / "deploy" / "dagster.production.yaml").read_text())
@@ -109,6 +109,46 @@ def _wait_for_daemon(url: str, daemon: servers.Server, processes: servers.Proces
     processes.wait_until(daemon, beating, what="daemon heartbeat", timeout=240, poll=1.0)
 
 
+def production_env(
+    base: Mapping[str, str],
+    *,
+    backup_root: str,
+    data_root: str,
+    s3: str,
+    master: str,
+    metastore: str,
+    executors: int = 1,
+) -> dict[str, str]:
+    """The environment of a production run against the stack's servers (``base``: this
+    process's environment without ``SPARK_*``, with the AWS credentials and Dagster's);
+    ``executors`` executors of one core each."""
+    return {
+        **base,
+        "BACKFILL_ENV": "production",
+        "BACKUP_ROOT": backup_root,
+        "DATA_ROOT": data_root,
+        "DAGSTER_LOG_BUCKET": LOG_BUCKET,
+        "AWS_ENDPOINT_URL_S3": s3,
+        "SPARK_MASTER": master,
+        "SPARK_DRIVER_HOST": servers.HOST,
+        "SPARK_DRIVER_BIND_ADDRESS": servers.HOST,
+        "SPARK_LOCAL_IP": servers.HOST,
+        "SPARK_DRIVER_MEMORY": "1g",
+        "SPARK_EXECUTOR_MEMORY": "1g",
+        "SPARK_EXECUTOR_CORES": "1",
+        "SPARK_EXECUTOR_INSTANCES": str(executors),
+        "SPARK_SHUFFLE_PARTITIONS": "4",
+        "HIVE_METASTORE_URIS": metastore,
+        # Kubernetes-only settings of the profile; a standalone master ignores them.
+        "SPARK_IMAGE": "unused-on-standalone",
+        "SPARK_NAMESPACE": "unused-on-standalone",
+        "SPARK_SERVICE_ACCOUNT": "unused-on-standalone",
+        "SPARK_DRIVER_POD_NAME": "unused-on-standalone",
+        "BACKFILL_LOCK_TIMEOUT_SECONDS": "600",
+        "DAGSTER_DISABLE_TELEMETRY": "1",
+    }
+
+
 @pytest.fixture(scope="session")
 def s3_endpoint(processes: servers.Processes, stack_logs: Path) -> str:
     """An S3 API (moto) on 127.0.0.1; credentials ``AWS``."""
@@ -129,7 +169,7 @@ def stack(
     data_root = f"s3://{WAREHOUSE_BUCKET}/data"
     home = root / "dagster_home"
     home.mkdir()
-    _instance_config(home)
+    write_instance_config(home)
     base = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_", "PYSPARK_"))}
     base.update(AWS)
     base["DAGSTER_HOME"] = str(home)
@@ -186,31 +226,14 @@ def stack(
         if sensor_off.poll() is None:
             sensor_off.kill()
             sensor_off.wait()
-    env = {
-        **base,
-        "BACKFILL_ENV": "production",
-        "BACKUP_ROOT": f"s3://{BUCKET}/{PREFIX}",
-        "DATA_ROOT": data_root,
-        "DAGSTER_LOG_BUCKET": LOG_BUCKET,
-        "AWS_ENDPOINT_URL_S3": s3,
-        "SPARK_MASTER": master,
-        "SPARK_DRIVER_HOST": servers.HOST,
-        "SPARK_DRIVER_BIND_ADDRESS": servers.HOST,
-        "SPARK_LOCAL_IP": servers.HOST,
-        "SPARK_DRIVER_MEMORY": "1g",
-        "SPARK_EXECUTOR_MEMORY": "1g",
-        "SPARK_EXECUTOR_CORES": "1",
-        "SPARK_EXECUTOR_INSTANCES": "1",
-        "SPARK_SHUFFLE_PARTITIONS": "4",
-        "HIVE_METASTORE_URIS": metastore,
-        # Kubernetes-only settings of the profile; a standalone master ignores them.
-        "SPARK_IMAGE": "unused-on-standalone",
-        "SPARK_NAMESPACE": "unused-on-standalone",
-        "SPARK_SERVICE_ACCOUNT": "unused-on-standalone",
-        "SPARK_DRIVER_POD_NAME": "unused-on-standalone",
-        "BACKFILL_LOCK_TIMEOUT_SECONDS": "600",
-        "DAGSTER_DISABLE_TELEMETRY": "1",
-    }
+    env = production_env(
+        base,
+        backup_root=f"s3://{BUCKET}/{PREFIX}",
+        data_root=data_root,
+        s3=s3,
+        master=master,
+        metastore=metastore,
+    )
     daemon = processes.start(
         "dagster-daemon",
         [

@@ -379,15 +379,18 @@ def start_spark_cluster(
     *,
     worker_cores: int,
     worker_memory: str,
+    workers: int = 1,
 ) -> str:
-    """A Spark standalone master and one worker on 127.0.0.1; returns the master URL.
+    """A Spark standalone master and ``workers`` workers on 127.0.0.1; returns the master
+    URL. Worker 1 logs to ``spark-worker.log``, worker N > 1 to ``spark-worker-N.log``.
 
-    Each application gets one core unless it asks for more (``spark.deploy.defaultCores``),
-    so concurrent backfills share the worker instead of the first taking every core.
+    Each application gets one core unless it asks for more (``spark.deploy.defaultCores``;
+    ``spark.cores.max``), so concurrent backfills share the cluster instead of the first
+    taking every core.
     """
     spark_class = str(spark_home() / "bin" / "spark-class")
     env = {**env, "SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": HOST}
-    master_port, master_ui, worker_port, worker_ui = (free_port() for _ in range(4))
+    master_port, master_ui = free_port(), free_port()
     master = processes.start(
         "spark-master",
         [
@@ -406,38 +409,58 @@ def start_spark_cluster(
     )
     processes.wait_port(master, master_port, timeout=120)
     url = f"spark://{HOST}:{master_port}"
-    work = logs / "spark-work"
+    started = [
+        _start_spark_worker(processes, logs, env, url, number, worker_cores, worker_memory)
+        for number in range(1, workers + 1)
+    ]
+    for worker in started:
+        processes.wait_until(
+            worker,
+            lambda w=worker: (
+                "Successfully registered with master" in w.log.read_text(errors="replace")
+            ),
+            what="registration with the master",
+            timeout=120,
+        )
+    return url
+
+
+def _start_spark_worker(
+    processes: Processes,
+    logs: Path,
+    env: Mapping[str, str],
+    master: str,
+    number: int,
+    cores: int,
+    memory: str,
+) -> Server:
+    name = "spark-worker" if number == 1 else f"spark-worker-{number}"
+    work = logs / ("spark-work" if number == 1 else f"spark-work-{number}")
     work.mkdir(exist_ok=True)
-    worker = processes.start(
-        "spark-worker",
+    port, ui = free_port(), free_port()
+    return processes.start(
+        name,
         [
-            spark_class,
+            str(spark_home() / "bin" / "spark-class"),
             "org.apache.spark.deploy.worker.Worker",
             "--host",
             HOST,
             "--port",
-            str(worker_port),
+            str(port),
             "--webui-port",
-            str(worker_ui),
+            str(ui),
             "--cores",
-            str(worker_cores),
+            str(cores),
             "--memory",
-            worker_memory,
+            memory,
             "--work-dir",
             str(work),
-            url,
+            master,
         ],
-        log=logs / "spark-worker.log",
+        log=logs / f"{name}.log",
         env=env,
         cwd=logs,
     )
-    processes.wait_until(
-        worker,
-        lambda: "Successfully registered with master" in worker.log.read_text(errors="replace"),
-        what="registration with the master",
-        timeout=120,
-    )
-    return url
 
 
 def start_s3(processes: Processes, logs: Path, env: Mapping[str, str]) -> str:
