@@ -18,6 +18,7 @@ One function (``in_flight``) serves the three places that decide:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -28,6 +29,12 @@ from backfill_assets.launch import IN_FLIGHT as RUN_IN_FLIGHT
 from backfill_assets.partitions import InvalidHourError, parse_hour
 
 BACKFILL_IN_FLIGHT = ("REQUESTED", "CANCELING", "FAILING")
+RUN_RUNNING = (dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED)
+BEGUN = [
+    s
+    for s in dg.DagsterRunStatus
+    if s not in (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED)
+]
 BACKFILL_PAGE = 200  # newest backfills read; an older one still in flight is a stuck daemon
 HELD_BY = "held by release"  # the words every refusal and skip uses
 IN_FLIGHT = "in flight"
@@ -42,6 +49,7 @@ class Release:
     created: float
     hours: frozenset[str]
     requested_by: str = ""
+    started: bool = True  # False: none of its runs has started (queued, or none yet)
 
     def order(self) -> tuple[float, str]:
         return (self.created, self.release_id)
@@ -51,7 +59,8 @@ class Release:
         mine = sorted(set(hours) & self.hours)
         span = f"{mine[0]}..{mine[-1]}" if len(mine) > 1 else (mine[0] if mine else "-")
         who = f" (requested by {self.requested_by})" if self.requested_by else ""
-        return f"release {self.release_id}{who} holds {span}"
+        waiting = "" if self.started else ", queued: none of its runs has started"
+        return f"release {self.release_id}{who} holds {span}{waiting}"
 
 
 def _hour_keys(keys: Iterable[str | None]) -> set[str]:
@@ -76,7 +85,9 @@ def backfill_hours(backfill) -> set[str]:
 
 def in_flight(instance: dg.DagsterInstance) -> list[Release]:
     """Every release in flight with the hours it holds, oldest first (a run whose process
-    is gone is marked failed first: it holds nothing)."""
+    is gone is marked failed first: it holds nothing). A run left queued or not started
+    holds its hours until it runs or is cancelled (``backfill-assets cancel``, which stops
+    such runs too): the refusal says that none of its runs has started."""
     from backfill_assets.sensors.orphans import fail_orphaned_runs
 
     fail_orphaned_runs(instance)
@@ -88,24 +99,58 @@ def in_flight(instance: dg.DagsterInstance) -> list[Release]:
                 backfill.backfill_timestamp,
                 frozenset(backfill_hours(backfill)),
                 tags.requested_by(backfill.tags or {}) or "",
+                started=False,
             )
     records = instance.get_run_records(filters=dg.RunsFilter(statuses=RUN_IN_FLIGHT))
     for record in records:
         run = record.dagster_run
         release = tags.release_id(run.tags, run.run_id)
         hours = frozenset(tags.partition_range(run.tags))
+        running = run.status in RUN_RUNNING
         known = found.get(release)
         if known is None:
             created = record.create_timestamp.timestamp()
             parent = instance.get_backfill(release) if release != run.run_id else None
             created = parent.backfill_timestamp if parent is not None else created
             who = tags.requested_by(run.tags) or ""
-            found[release] = Release(release, created, hours, who)
-        elif not hours <= known.hours:
-            found[release] = Release(
-                release, known.created, known.hours | hours, known.requested_by
+            found[release] = Release(release, created, hours, who, started=running)
+        else:
+            found[release] = dataclasses.replace(
+                known, hours=known.hours | hours, started=known.started or running
             )
+    if found:
+        _mark_started(instance, found)
     return sorted(found.values(), key=Release.order)
+
+
+def _mark_started(instance: dg.DagsterInstance, found: dict[str, Release]) -> None:
+    """A backfill one of whose runs has started (or ended: it is between its runs) has
+    started."""
+    for release_id, release in list(found.items()):
+        if release.started:
+            continue
+        runs = instance.get_runs(
+            filters=dg.RunsFilter(tags={tags.DAGSTER_BACKFILL: release_id}, statuses=BEGUN),
+            limit=1,
+        )
+        if runs:
+            found[release_id] = dataclasses.replace(release, started=True)
+
+
+def runs_left(instance: dg.DagsterInstance, release_id: str) -> list[dg.DagsterRun]:
+    """The runs of a release still queued, not started or running: the run itself (a
+    release of one run), or the runs tagged with the release or its backfill."""
+    statuses = RUN_IN_FLIGHT
+    found = {
+        r.run_id: r
+        for f in (
+            dg.RunsFilter(run_ids=[release_id], statuses=statuses),
+            dg.RunsFilter(tags={tags.DAGSTER_BACKFILL: release_id}, statuses=statuses),
+            dg.RunsFilter(tags={tags.RELEASE: release_id}, statuses=statuses),
+        )
+        for r in instance.get_runs(filters=f)
+    }
+    return sorted(found.values(), key=lambda r: r.run_id)
 
 
 def holders(

@@ -281,6 +281,25 @@ def cancel_backfill(settings: Settings, backfill_id: str) -> str:
     return mutation_outcome(data["cancelPartitionBackfill"], "CancelBackfillSuccess")["backfillId"]
 
 
+_TERMINATE = """
+mutation Terminate($runId: String!, $policy: TerminateRunPolicy) {
+  terminateRun(runId: $runId, terminatePolicy: $policy) {
+    __typename
+    ... on TerminateRunSuccess { run { runId } }
+    ... on Error { message }
+  }
+}"""
+NOT_STARTED = (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED)
+
+
+def terminate_run(settings: Settings, run: dg.DagsterRun) -> str:
+    """Stop one run as the UI's *Terminate* does: a run that never started (queued, or left
+    not started) is marked cancelled at once, a started one is asked to stop; returns its id."""
+    policy = "MARK_AS_CANCELED_IMMEDIATELY" if run.status in NOT_STARTED else "SAFE_TERMINATE"
+    data = graphql(settings, _TERMINATE, {"runId": run.run_id, "policy": policy})
+    return mutation_outcome(data["terminateRun"], "TerminateRunSuccess")["run"]["runId"]
+
+
 def submit_run(
     settings: Settings, job: str, run_config: Mapping, run_tags: Mapping[str, str]
 ) -> str:

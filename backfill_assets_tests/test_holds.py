@@ -29,3 +29,11 @@ def test_every_layer_sees_every_hour_a_release_holds() -> None:
     held = by_layer([A, B], ["raw", "aggregated"])
     assert held["aggregated"]["2026-11-20T01"] == "release aaa in flight"  # the older one
     assert held["raw"]["2026-11-20T02"] == "release bbb in flight"
+
+
+def test_a_holder_none_of_whose_runs_started_says_so_and_how_to_clear_it() -> None:
+    queued = Release("qqq", 8.0, A.hours, started=False)
+    line = refusal([queued], A.hours, "backfill bbb")
+    assert "release qqq holds 2026-11-20T00..2026-11-20T01, queued: none of its runs" in line
+    assert "`backfill-assets cancel --backfill qqq`" in line
+    assert "queued" not in refusal([A], A.hours, "backfill bbb")

@@ -3,7 +3,10 @@
 Cancels the release's Dagster backfill as the UI's cancel button does (its queued and
 running runs are terminated, its publish never runs), waits until none of its runs is
 left, then records the cancellation (ledger row, observation the report shows) with one
-run of ``record_cancellation``.
+run of ``record_cancellation``. A release whose backfill is no longer in flight but left
+runs queued, not started or running (or a release of one run, launched outside a
+backfill) is stopped by terminating those runs as the UI's *Terminate* does: until then
+they hold their hours for every other release.
 """
 
 from __future__ import annotations
@@ -18,19 +21,56 @@ CANCELLABLE = ("REQUESTED", "CANCELING", "FAILING")
 def register(subparsers: argparse._SubParsersAction) -> None:
     text = "stop a release: cancel its queued and running runs, publish nothing of it"
     p = subparsers.add_parser("cancel", help=text, description=text)
-    p.add_argument("--backfill", dest="release", required=True, help="the release (backfill id)")
+    p.add_argument(
+        "--backfill",
+        dest="release",
+        required=True,
+        help="the release (backfill id, or the run id of a release of one run)",
+    )
     p.add_argument("--reason", help="why (recorded in the ledger and the report)")
     p.add_argument("--ticket", help="ticket reference")
     p.add_argument("--by", dest="requested_by", help="who cancels (default: the current user)")
     p.set_defaults(handler=run_cancel)
 
 
-def _hours(instance, release_id: str) -> str:
+def _hours(instance, release_id: str, runs) -> str:
+    from backfill_assets import tags
     from backfill_assets.holds import backfill_hours
 
     backfill = instance.get_backfill(release_id)
-    hours = sorted(backfill_hours(backfill)) if backfill is not None else []
+    found = set(backfill_hours(backfill)) if backfill is not None else set()
+    for run in runs:
+        found.update(tags.partition_range(run.tags))
+    hours = sorted(found)
     return f"{hours[0]}..{hours[-1]}" if hours else ""
+
+
+def _stop(settings, instance, release: str) -> list:
+    """Stop the release: cancel its backfill if it is in flight (as the UI's *Cancel*
+    does), else terminate the runs it left queued, not started or running (a release of
+    one run, or runs a finished backfill left behind: they hold their hours until then).
+    Returns the runs it terminated; one line (exit 2) if there is nothing to stop."""
+    from backfill_assets import launch
+    from backfill_assets.holds import runs_left
+
+    backfill = instance.get_backfill(release)
+    left = runs_left(instance, release)
+    if backfill is None and not left:
+        raise CommandError(f"no release (backfill or run) {release} in the Dagster instance")
+    try:
+        if backfill is not None and backfill.status.value in CANCELLABLE:
+            launch.cancel_backfill(settings, release)
+            return []  # Dagster stops its runs
+        if left:
+            for run in left:
+                launch.terminate_run(settings, run)
+        else:
+            raise CommandError(
+                f"release {release} is already {backfill.status.value.lower()}: nothing to cancel"
+            )
+    except launch.LaunchError as exc:
+        raise CommandError(f"release {release}: {exc}") from None
+    return left
 
 
 def run_cancel(args: argparse.Namespace) -> int:
@@ -47,25 +87,19 @@ def run_cancel(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CommandError(str(exc)) from None
     settings, _defs, instance = _context(args)
-    backfill = instance.get_backfill(release)
-    if backfill is None:
-        raise CommandError(f"no release (backfill) {release} in the Dagster instance")
-    if backfill.status.value not in CANCELLABLE:
-        raise CommandError(
-            f"release {release} is already {backfill.status.value.lower()}: nothing to cancel"
-        )
-    hours = _hours(instance, release)
-    try:
-        launch.cancel_backfill(settings, release)
-    except launch.LaunchError as exc:
-        raise CommandError(f"release {release}: {exc}") from None
+    left = _stop(settings, instance, release)
+    hours = _hours(instance, release, left)
     print(f"cancelling release {release} ({hours or 'no hours'}): stopping its runs")
-    _follow(settings, instance, "cancelled release", backfill_id=release)
+    if instance.get_backfill(release) is not None:
+        _follow(settings, instance, "cancelled release", backfill_id=release)
+    for run in left:
+        _follow(settings, instance, "cancelled run", run_id=run.run_id)
     backfill = instance.get_backfill(release)
     runs = instance.get_runs(filters=dg.RunsFilter(tags={tags.DAGSTER_BACKFILL: release}))
+    runs = runs or [r for r in (instance.get_run_by_id(x.run_id) for x in left) if r]
     config = {
         "release_id": release,
-        "status": backfill.status.value if backfill is not None else "",
+        "status": backfill.status.value if backfill is not None else "CANCELED",
         "hours": hours,
         "runs": ",".join(sorted(r.run_id for r in runs)),
         "cancelled_by": args.requested_by or getpass.getuser(),

@@ -48,6 +48,8 @@ SOURCE_EMPTY = "empty"
 SOURCE_OUTSIDE, SOURCE_UNAVAILABLE = "outside", "unavailable"
 READ_AS_EMPTY = (SOURCE_EMPTY, SOURCE_OUTSIDE, SOURCE_UNAVAILABLE)
 PROVISIONAL = "provisional"  # metadata of a published hour: why it is provisional, or ""
+# How a reason says an hour is held back only because an upstream hour it reads is.
+HELD_UPSTREAM = "of this release, which is held back"
 
 
 @dataclass
@@ -257,9 +259,7 @@ def _upstream_of_release(facts: _Facts, layer: Layer, outcome: HourOutcome) -> N
         if held is None or not read:
             continue
         if held.status == HELD_BACK:
-            outcome.reasons.append(
-                f"reads {upstream.name} {needed} of this release, which is held back"
-            )
+            outcome.reasons.append(f"reads {upstream.name} {needed} {HELD_UPSTREAM}")
         elif read != {held.version}:
             # the upstream hour was rebuilt after this hour was built
             outcome.reasons.append(

@@ -66,6 +66,7 @@ from backfill_assets.publishing.ledger import (  # noqa: F401  (the publisher's 
 )
 from backfill_assets.publishing.planning import (  # noqa: F401  (the publisher's vocabulary)
     HELD_BACK,
+    HELD_UPSTREAM,
     PROVISIONAL,
     PUBLISHED,
     READ_AS_EMPTY,

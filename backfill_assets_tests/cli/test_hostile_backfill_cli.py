@@ -1,9 +1,10 @@
-"""A real Dagster backfill (the CLI, its daemon, the run worker's Spark) over a 4-hour tree
-with one hostile case per folder (``backups/hostile.py``): the hours of the bomb and of the
-links and FIFO are held back, each naming its file in the CLI's output; the other hours are
-published (published + quarantined = manifest records), the 300 MB line quarantined with
-its length, the 2,000-file folder published whole; nothing outside the tree is opened. (The
-memory bound is held in-process: ``backups/test_hostile_backups.py``.)"""
+"""A real Dagster backfill (the CLI, its daemon, the run worker's Spark; every layer, the
+default partitions) over a 4-hour tree with one hostile case per folder
+(``backups/hostile.py``): the hours of the bomb and of the links and FIFO are held back,
+each naming its file in the CLI's output; the other hours are published (published +
+quarantined = manifest records), the 300 MB line quarantined with its length, the
+2,000-file folder published whole; nothing outside the tree is opened. (The memory bound
+is held in-process: ``backups/test_hostile_backups.py``.)"""
 
 from __future__ import annotations
 
@@ -50,8 +51,9 @@ def test_a_backfill_holds_back_the_hostile_hours_and_publishes_the_rest(tmp_path
         "BACKFILL_RECONCILE_SENSOR": "off",
         "DAGSTER_DISABLE_TELEMETRY": "1",
     }
+    # the operator's command: every downstream layer, the default partitions
     command = [str(BIN), "backfill", "--from", HOURS[0], "--to", HOURS[-1]]
-    command += ["--layers", "raw", "--no-downstream", "--reason", "hostile files"]
+    command += ["--reason", "hostile files"]
     try:
         process = subprocess.run(
             command,
@@ -90,6 +92,10 @@ def test_a_backfill_holds_back_the_hostile_hours_and_publishes_the_rest(tmp_path
         assert published["payloads"][hour] + quarantined == inventory[hour].expected_records
     assert published["long"] == [[2, f"line_too_long: {LONG_LINE_BYTES} bytes"]]
     assert published["small"] == SMALL_FILES
+    # downstream: the transformed hours of the published raw hours are published too; none
+    # of the held-back hours is (the session hours reading them wait for them)
+    assert set(published["transformed"]) == {CLEAN_HOUR, LONG_HOUR}
+    assert not set(published["aggregated"]) & {BOMB_HOUR, LINKS_HOUR}
 
 
 def _published(data: Path, env: dict[str, str]) -> dict:
@@ -111,6 +117,8 @@ print(json.dumps({
     "quarantined": per_hour(quarantine.where(F.col("line_number").isNotNull())),
     "long": [[r.line_number, r.reason.split(",")[0]] for r in long.collect()],
     "small": spark.table("raw.payloads").where(F.col("client_id") == 3).count(),
+    "transformed": per_hour(spark.table("transformed.payloads")),
+    "aggregated": per_hour(spark.table("aggregated.sessions")),
 }))
 """
     out = subprocess.run(

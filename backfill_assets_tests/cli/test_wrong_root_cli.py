@@ -1,7 +1,9 @@
-"""A wrong ``BACKUP_ROOT`` through a real Dagster backfill (the CLI, its daemon, the run
-worker's Spark): after a release from a 2-client tree, a backfill from another source's
-tree of the same hours with one client fewer publishes nothing, each hour held back in a
-line naming the vanished client (``approve`` of such an hour: the in-process gate tests)."""
+"""A wrong ``BACKUP_ROOT`` through real Dagster backfills (the CLI, its daemon, the run
+worker's Spark): after a release from a 2-client tree, a backfill from
+another source's tree of the same hours with one client fewer, from a tree whose ``raw/``
+is empty, and from an empty folder publish nothing: the first two are held back in lines
+naming each hour (and the vanished client), the last is refused in one line before
+anything runs (``approve`` of such an hour: the in-process gate tests)."""
 
 from __future__ import annotations
 
@@ -47,12 +49,18 @@ def test_a_backfill_from_a_tree_with_a_client_fewer_is_held_back_naming_the_clie
         "DAGSTER_DISABLE_TELEMETRY": "1",
     }
     span = ["--from", HOURS[0], "--to", HOURS[-1], *RAW_ONLY]
+    # each command runs the daemon itself, with its BACKUP_ROOT: the code location's and
+    # the runs' (one daemon for the module would read one tree for all)
     first = backfill(env, right, "backfill", *span, "--reason", "first")
     assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
     before = _per_client(tmp_path / "data", env)
     assert {c for _, c in before} == {1, 2}
 
     mistaken = backfill(env, wrong, "backfill", *span, "--reason", "wrong root")
+    (empty_raw := tmp_path / "empty-raw" / "raw").mkdir(parents=True)
+    emptied = backfill(env, empty_raw.parent, "backfill", *span, "--reason", "empty raw")
+    (empty := tmp_path / "empty").mkdir()
+    nothing = backfill(env, empty, "backfill", *span, "--reason", "empty folder")
     output = mistaken.stdout + mistaken.stderr
     assert mistaken.returncode != 0, output[-4000:]
     held = [line for line in output.splitlines() if "held back" in line]
@@ -61,8 +69,19 @@ def test_a_backfill_from_a_tree_with_a_client_fewer_is_held_back_naming_the_clie
             f"raw {hour}: client 2 rows " in line and "every row of the client removed" in line
             for line in held
         ), output[-4000:]
-    assert _per_client(tmp_path / "data", env) == before  # nothing published
     assert "approve --backfill " in output  # what a person does if the change is right
+
+    output = emptied.stdout + emptied.stderr
+    assert emptied.returncode == 1, output[-4000:]
+    held = [line for line in output.splitlines() if "held back" in line]
+    for hour in HOURS:
+        assert any(f"raw {hour}" in line for line in held), output[-4000:]
+    assert "Traceback" not in output and "Py4J" not in output, output[-4000:]
+
+    assert nothing.returncode == 2, nothing.stdout + nothing.stderr
+    [line] = nothing.stderr.strip().splitlines()
+    assert f"BACKUP_ROOT={empty} has no raw/ folder" in line, line
+    assert _per_client(tmp_path / "data", env) == before  # nothing published
 
 
 def _per_client(data: Path, env: dict[str, str]) -> dict[tuple[str, int], int]:

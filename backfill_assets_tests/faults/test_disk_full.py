@@ -1,8 +1,13 @@
-"""A disk filled during the shadow write and during the publish: the failure line an operator
-sees (the CLI prints each run's failures) says "no space left on device" with the path, the
-published data stays what it was, and once space is freed a retry publishes.
+"""A disk filled during the shadow write and during the publish, as the operator meets it:
+real ``backfill-assets`` commands, Dagster's asset backfills run by one daemon for the
+test, the default partitions. The CLI's failure line says "no space left on device" with
+the path, the published data stays what it was, and once space is freed a retry publishes.
+The releases are of the raw layer only: the shadow write and the publish are the same code
+for every layer, and each downstream layer would add runs, not cases.
 
-The warehouse is a small tmpfs mounted for the test (root only), filled by a file."""
+The warehouse (``$DATA_ROOT/warehouse``: tables, shadows, ledger) is a small tmpfs mounted
+for the test (root only) and filled by a file; the metastore and the Dagster instance stay
+on the ordinary disk."""
 
 from __future__ import annotations
 
@@ -15,24 +20,36 @@ from pathlib import Path
 import pytest
 
 from backfill_assets.layers.registry import LAYERS
-from backfill_assets.publishing import publisher
-from backfill_assets.publishing.tables import partition_locations
+from backfill_assets_dev.generator import generate_backups
+from backfill_assets_tests.real_backfill import (
+    cli,
+    cli_env,
+    cli_together,
+    published_state,
+    shared_daemon,
+)
+
+pytestmark = pytest.mark.slow
 
 FIRST, LAST = "2026-11-20T00", "2026-11-20T03"
+RAW = ("--layers", "raw", "--no-downstream")
+PUBLISHED = ("--from", FIRST, "--to", "2026-11-20T01", *RAW)
+REPAIR = ("--from", "2026-11-20T02", "--to", LAST, *RAW)
 TABLES = LAYERS["raw"].tables
+NO_SPACE = "no space left on device"
 
 
 def _can_mount() -> bool:
-    return os.geteuid() == 0 and Path("/proc/filesystems").read_text().find("tmpfs") >= 0
+    return os.geteuid() == 0 and "tmpfs" in Path("/proc/filesystems").read_text()
 
 
 @pytest.fixture
-def small_warehouse(warehouse, base_settings) -> Iterator[Path]:
-    """The suite's warehouse directory on a 64 MB tmpfs of its own, for this test."""
+def small_warehouse(tmp_path: Path) -> Iterator[Path]:
+    """``$DATA_ROOT/warehouse`` on a 64 MB tmpfs of its own, unmounted at the end."""
     if not _can_mount():
         pytest.skip("mounting a tmpfs needs root")
-    root = Path(base_settings.warehouse_dir)
-    root.mkdir(parents=True, exist_ok=True)
+    root = tmp_path / "data" / "warehouse"
+    root.mkdir(parents=True)
     done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(root)],
                           capture_output=True, text=True, check=False)  # fmt: skip
     if done.returncode != 0:
@@ -57,41 +74,55 @@ def fill(root: Path) -> Path:
     return filler
 
 
-def published(spark) -> dict:
-    return {table: partition_locations(spark, table) for table in TABLES}
+def failure_lines(output: str) -> list[str]:
+    return [line.strip() for line in output.splitlines() if line.strip().startswith("failure:")]
+
+
+def assert_names_full_disk(done, where: Path) -> None:
+    """Exit 1, a failure line naming the full disk and a path on it, no JVM call."""
+    assert done.returncode == 1, done.output[-4000:]
+    lines = [line for line in failure_lines(done.output) if NO_SPACE in line]
+    assert lines and str(where) in lines[0], done.output[-4000:]
+    assert "Py4J" not in done.output and "Traceback" not in done.output, done.output[-4000:]
 
 
 def test_a_full_disk_is_named_with_its_path_and_publishes_nothing_until_freed(
-    spark, small_warehouse: Path, make_backups, run_release
+    tmp_path: Path, small_warehouse: Path
 ):
-    backups = make_backups(hours=4)
-    first = run_release(backups, FIRST, "2026-11-20T01", downstream=False)
-    assert first.success, first.failures
-    dry = run_release(backups, "2026-11-20T02", LAST, downstream=False, publish=False)
-    assert dry.success, dry.failures
-    before = published(spark)
-    filler = fill(small_warehouse)
+    backups = tmp_path / "backups"
+    generate_backups(
+        backups, start=FIRST, hours=4, clients=2, users_per_client=25, seed=11, workers=1
+    )
+    env = cli_env(tmp_path, backups)
+    with shared_daemon(env, tmp_path / "logs"):
+        # hours 00..01 published; a dry run of 02..03 built (shadows written, not published)
+        first, dry = cli_together(
+            env,
+            ["backfill", *PUBLISHED, "--reason", "first"],
+            ["backfill", *REPAIR, "--dry-run", "--reason", "repair"],
+        )
+        assert first.returncode == 0, first.output[-4000:]
+        assert dry.returncode == 0, dry.output[-4000:]
+        dry_id = dry.stdout.split("submitted dry run ", 1)[1].split(":", 1)[0]
+        before = published_state(env, TABLES)
+        assert set(before["raw.payloads"]) == {FIRST, "2026-11-20T01"}
+        filler = fill(small_warehouse)
 
-    # during the shadow write
-    shadow = run_release(backups, "2026-11-20T02", LAST, downstream=False)
-    assert not shadow.success
-    line = shadow.failures[0]
-    assert "no space left on device" in line and str(small_warehouse) in line, line
-    assert "Py4J" not in line and "\n" not in line
-    assert published(spark) == before
+        # a release of 02..03 (its shadow write) and the dry run's publish on a full disk
+        shadow, publish = cli_together(
+            env,
+            ["backfill", *REPAIR, "--reason", "disk full"],
+            ["publish", "--backfill", dry_id, "--reason", "disk full"],
+        )
+        assert_names_full_disk(shadow, small_warehouse)
+        assert_names_full_disk(publish, small_warehouse)
+        filler.unlink()
+        assert published_state(env, TABLES) == before
 
-    # during the publish (of the dry run built before the disk filled)
-    publish = run_release(backups, "2026-11-20T02", LAST, publish_only=dry.release_id)
-    assert not publish.success
-    line = publish.failures[0]
-    assert "no space left on device" in line and str(small_warehouse) in line, line
-    assert "Py4J" not in line and "\n" not in line
-    filler.unlink()
-    assert published(spark) == before
-
-    # space freed: the retry publishes
-    retry = run_release(backups, "2026-11-20T02", LAST, publish_only=dry.release_id)
-    assert retry.success, retry.failures
-    after = published(spark)
-    assert set(after["raw.payloads"]) == {f"2026-11-20T0{h}" for h in range(4)}
-    assert publisher.verify(spark, TABLES) == []
+        # space freed: the retry publishes the dry run
+        retry = cli(env, "publish", "--backfill", dry_id, "--reason", "space freed")
+        assert retry.returncode == 0, retry.output[-4000:]
+    after = published_state(env, TABLES)
+    assert {h: after["raw.payloads"][h] for h in before["raw.payloads"]} == before["raw.payloads"]
+    rows = {h: n for h, (_, n) in after["raw.payloads"].items()}
+    assert set(rows) == {f"2026-11-20T0{h}" for h in range(4)} and all(rows.values())

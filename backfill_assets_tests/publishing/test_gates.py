@@ -12,8 +12,8 @@ from pyspark.sql import functions as F
 
 from backfill_assets import tags
 from backfill_assets.partitions import backup_hour_path
-from backfill_assets.publishing import audit, gates
-from backfill_assets.publishing.assets import PublishConfig, approval_of
+from backfill_assets.publishing import audit, gates, publisher
+from backfill_assets.publishing.assets import PublishConfig, approval_of, held_back_verdict
 from backfill_assets.publishing.tables import partition_locations
 from backfill_assets_tests.conftest import write_backup_folder, zst
 
@@ -239,3 +239,23 @@ def test_a_wrong_backup_root_never_publishes_and_a_late_folder_still_repairs(
         for f in release.failures
     ), release.failures
     assert partition_locations(spark, "raw.payloads")[SMALL] == before[SMALL]
+
+
+def test_the_verdict_names_the_hours_held_for_their_own_cause_first():
+    """A wrong tree holds raw hours naming the client; the many session hours that only
+    wait on them must not push those out of the one line the operator reads."""
+    waiting = f"reads transformed {SMALL} {publisher.HELD_UPSTREAM}"
+    held = {f"aggregated 2026-11-19T{h}": [waiting] for h in range(10, 22)}
+    held["aggregated 2026-11-20T00"] = [waiting, "change gate: aggregated x: sessions 8 -> 2"]
+    held[f"transformed {SMALL}"] = [waiting, f"change gate: transformed {SMALL}: rows 9 -> 1"]
+    gone = f"change gate: raw {SMALL}: client 2 rows 15 -> 0, every row of the client removed"
+    held[f"raw {SMALL}"] = [gone]
+    verdict = held_back_verdict("r1", held, [])
+    named = verdict.split(": ", 2)[2].split("; ")
+    assert named[:3] == [
+        f"raw {SMALL} ({gone})",
+        f"transformed {SMALL} (change gate: transformed {SMALL}: rows 9 -> 1)",
+        "aggregated 2026-11-20T00 (change gate: aggregated x: sessions 8 -> 2)",
+    ], verdict
+    assert named[3] == f"aggregated 2026-11-19T10 ({waiting})"
+    assert verdict.endswith(f"; ... and {len(held) - 10} more")

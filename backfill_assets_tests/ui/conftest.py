@@ -39,6 +39,12 @@ def page(request):
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 900})
             page.set_default_timeout(60_000)
+            # the first-visit newsletter dialog, whenever it shows (late on a busy machine):
+            # dismissed before any action it would cover
+            page.add_locator_handler(
+                page.get_by_text("Join the Dagster community"),
+                lambda: page.get_by_role("button", name="Skip").click(),
+            )
             yield page
             if getattr(request.node, "failed_call", False):
                 ARTIFACTS.mkdir(parents=True, exist_ok=True)

@@ -25,12 +25,17 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from backfill_assets import tags
+from backfill_assets import launch, tags
 from backfill_assets.partitions import ENV_END, ENV_START
 from backfill_assets.settings import PROJECT_ROOT
 from backfill_assets_tests.stack.servers import Processes, free_port
 
 FIRST, LAST, BAD = "2026-11-20T00", "2026-11-20T05", "2026-11-20T03"
+# An operator's reason that spells HTML, a heading, a table row and a link: shown as text
+HOSTILE_REASON = (
+    "INC-1 <img src=x onerror=alert(1)>\n# INJECTED HEADING\n| a | b |\n[x](javascript:alert(1))"
+)
+HOSTILE_TICKET = "OPS-7\n## ticket heading"
 README_PICTURES = PROJECT_ROOT / "docs" / "screenshots"
 WORKSPACE = str(PROJECT_ROOT / "workspace.yaml")
 
@@ -57,7 +62,13 @@ def console(run_release, make_backups, instance, tmp_path) -> Iterator[Console]:
     assert run_release(tree, FIRST, LAST).success
     part = next((tree / "raw/date=2026-11-20/hour=03").glob("client_id=1/part-*"))
     part.write_bytes(part.read_bytes()[:-7])  # a truncated file: hour 03 is held back
-    assert not run_release(tree, "2026-11-20T02", "2026-11-20T04").success
+    repair = run_release(
+        tree,
+        "2026-11-20T02",
+        "2026-11-20T04",
+        extra_tags={tags.REASON: HOSTILE_REASON, tags.TICKET: HOSTILE_TICKET},
+    )
+    assert not repair.success
 
     port = free_port()
     env = {
@@ -98,10 +109,24 @@ def picture(page, name: str) -> None:
 
 
 def open_page(page, url: str) -> None:
+    """Go to ``url`` (the first-visit dialog is dismissed by the ``page`` fixture's
+    handler whenever it shows)."""
     page.goto(url, wait_until="networkidle")
-    skip = page.get_by_role("button", name="Skip")  # the first-visit newsletter dialog
-    if skip.count():
-        skip.click()
+
+
+def assert_operator_text_inert(report) -> None:
+    """The release's reason and ticket in the rendered report: text on one line, no image,
+    heading, table row or link of theirs."""
+    report.get_by_text("# INJECTED HEADING", exact=False).first.wait_for()
+    assert report.get_by_text("INC-1 <img src=x onerror=alert(1)>", exact=False).count()
+    assert report.get_by_text("[x](javascript:alert(1))", exact=False).count()
+    assert report.get_by_text("OPS-7 ## ticket heading", exact=False).count()
+    assert report.locator("img").count() == 0
+    assert report.get_by_role("heading", name="INJECTED HEADING").count() == 0
+    assert report.get_by_role("heading", name="ticket heading").count() == 0
+    assert report.locator("td:text-is('a'), th:text-is('a')").count() == 0
+    assert report.locator("a[href^='javascript']").count() == 0
+    assert report.get_by_role("link", name="x", exact=True).count() == 0
 
 
 def test_an_operator_reads_each_hours_checks_and_the_report_then_launches_a_release(
@@ -138,6 +163,13 @@ def test_an_operator_reads_each_hours_checks_and_the_report_then_launches_a_rele
     assert report.get_by_text(f"held back: raw {BAD}: raw_manifest_reconciliation").is_visible()
     report.get_by_role("heading").first.scroll_into_view_if_needed()
     picture(page, "report")
+    assert_operator_text_inert(report)
+    publish_run = instance.get_latest_materialization_event(launch.PUBLISH_KEY).run_id
+    open_page(page, f"{console.url}/runs/{publish_run}")  # the run's tags: the reason
+    page.get_by_role("button", name="View tags and config").click()
+    page.get_by_text("INC-1 <img src=x", exact=False).first.wait_for()
+    assert page.locator("img[src='x']").count() == 0
+    assert page.locator("a[href^='javascript']").count() == 0
 
     # launch a dry run of two raw hours from the dialog, with the launch form as run config
     open_page(page, f"{console.url}/assets/shadow/raw_payloads_candidate")

@@ -1,0 +1,147 @@
+"""Helpers for tests that drive real Dagster backfills through the CLI: one Dagster instance
+and ONE ``dagster-daemon`` shared by the commands of a test module (module-scoped
+fixtures), instead of a daemon started and stopped by each command.
+
+A command finds the module's daemon by its heartbeat (``launch.DaemonSupervisor``) and
+does not start its own; what each command prints and exits with is the operator's.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+import dagster as dg
+
+from backfill_assets import launch
+from backfill_assets.instance import prepare_dagster_home
+from backfill_assets.settings import PROJECT_ROOT, Settings
+from backfill_assets_tests.stack.servers import Processes
+
+BIN = Path(sys.executable).parent / "backfill-assets"
+COMMAND_TIMEOUT_SECONDS = 1500
+
+
+def cli_env(tmp: Path, backups: Path, **extra: str) -> dict[str, str]:
+    """The environment of an operator's shell for a tree and a data root under ``tmp``
+    (the default partitions: no BACKFILL_PARTITIONS_START/END)."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("BACKFILL_PARTITIONS_START", "BACKFILL_PARTITIONS_END")
+    }
+    env.update(
+        {
+            "BACKUP_ROOT": str(backups),
+            "DATA_ROOT": str(tmp / "data"),
+            "DAGSTER_HOME": str(tmp / "home"),
+            "BACKFILL_RECONCILE_SENSOR": "off",
+            "DAGSTER_DISABLE_TELEMETRY": "1",
+        }
+    )
+    env.update(extra)
+    return env
+
+
+def cli(env: Mapping[str, str], *args: str) -> subprocess.CompletedProcess:
+    """Run ``backfill-assets ARGS`` as an operator would; its output in ``.output``."""
+    done = subprocess.run(
+        [str(BIN), *args],
+        env=dict(env),
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_SECONDS,
+    )
+    done.output = done.stdout + done.stderr  # type: ignore[attr-defined]
+    return done
+
+
+def cli_together(env: Mapping[str, str], *commands: list[str]) -> list:
+    """Start ``backfill-assets`` commands at once (they queue in the one instance: the
+    daemon's iterations overlap, not their runs) and wait for all; each as ``cli`` returns."""
+    started = [
+        subprocess.Popen(
+            [str(BIN), *args],
+            env=dict(env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for args in commands
+    ]
+    done = []
+    for process, args in zip(started, commands, strict=True):
+        stdout, stderr = process.communicate(timeout=COMMAND_TIMEOUT_SECONDS)
+        result = subprocess.CompletedProcess(args, process.returncode, stdout, stderr)
+        result.output = stdout + stderr  # type: ignore[attr-defined]
+        done.append(result)
+    return done
+
+
+@contextmanager
+def shared_daemon(env: Mapping[str, str], logs: Path) -> Iterator[dg.DagsterInstance]:
+    """A ``dagster-daemon`` serving the instance of ``env`` until the block ends; yields the
+    instance once the daemon's first heartbeat is stored (commands then use it)."""
+    settings = Settings.from_env(env)
+    prepare_dagster_home(settings)
+    saved = os.environ.get("DAGSTER_HOME")
+    os.environ["DAGSTER_HOME"] = settings.dagster_home
+    processes = Processes()
+    try:
+        with dg.DagsterInstance.get() as instance:
+            daemon = processes.start(
+                "dagster-daemon",
+                [str(BIN.with_name("dagster-daemon")), "run", "-w", str(launch.WORKSPACE)],
+                log=logs / "daemon.log",
+                env=launch.settings_env(settings, env),
+                cwd=PROJECT_ROOT,
+            )
+            processes.wait_until(
+                daemon,
+                lambda: bool(instance.get_daemon_heartbeats()),
+                what="the daemon's first heartbeat",
+                timeout=180,
+                poll=0.5,
+            )
+            yield instance
+    finally:
+        processes.stop_all()
+        if saved is None:
+            os.environ.pop("DAGSTER_HOME", None)
+        else:
+            os.environ["DAGSTER_HOME"] = saved
+
+
+def published_state(env: Mapping[str, str], tables: tuple[str, ...]) -> dict:
+    """table -> hour -> [location, rows] as the metastore and the files say, read in a
+    Spark session of a process of its own (the embedded metastore serves one JVM)."""
+    code = f"""
+import json
+from backfill_assets.publishing.tables import partition_locations, table_exists
+from backfill_assets.resources.spark import spark_session
+from backfill_assets.settings import Settings
+
+spark = spark_session(Settings.from_env())
+state = {{}}
+for table in {list(tables)!r}:
+    if not table_exists(spark, table):
+        continue
+    rows = {{r["hour"]: r["count"] for r in spark.table(table).groupBy("hour").count().collect()}}
+    where = partition_locations(spark, table)
+    state[table] = {{h: [at, rows.get(h, 0)] for h, at in where.items()}}
+print(json.dumps(state))
+"""
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=dict(env), capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert time.monotonic() - started < COMMAND_TIMEOUT_SECONDS
+    import json
+
+    return json.loads(done.stdout.strip().splitlines()[-1])
