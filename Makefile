@@ -55,13 +55,13 @@ demo: install check-java jvm-archive
 	$(BIN)/backfill-assets demo
 
 # The whole suite, the production stack (backfill_assets_tests/stack) and the browser tests
-# (backfill_assets_tests/ui) included, in three pytest-xdist workers: the tests that use the
+# (backfill_assets_tests/ui) included, in four pytest-xdist workers: the tests that use the
 # suite's one Spark session in one, the server- and process-bound ones (mostly waiting on
-# daemons and run processes) spread over the others, a module at a time
+# daemons and run processes) spread over the others, a module at a time, the longest first
 # (backfill_assets_tests/conftest.py). TEST_WORKERS=0 runs everything in one process.
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 4
 test: install check-java stack-deps browser-deps jvm-archive
-	$(BIN)/python -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder) $(PYTEST_ARGS)
 
 # Only the production stack on this machine: Postgres, Hive metastore, Spark master and
 # worker, S3 (moto), Dagster on Postgres with its daemon; all on 127.0.0.1 (docs/deployment.md).

@@ -463,13 +463,24 @@ def read_tree_lines(root: Path) -> tuple[list[tuple], list[tuple]]:
     return valid, malformed
 
 
+def _start_order(item: pytest.Item) -> int:
+    """Which tests xdist hands out first (``--no-loadscope-reorder``): the Spark group, then
+    the longest process-bound modules (the stack, the ``slow`` ones), so that none of them
+    starts last and runs alone."""
+    if "spark" in getattr(item, "fixturenames", ()):
+        return 0
+    if "/stack/" in item.nodeid:
+        return 1
+    return 2 if item.get_closest_marker("slow") else 3
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the marks into groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """``make test`` runs pytest-xdist workers (``--dist loadgroup``): every test that uses
     the suite's Spark session is in one group, so it runs in one worker and stays ONE
     session; the others (servers, Dagster daemons, subprocesses, pure Python) are grouped by
     module (a module's fixtures are set up once) and spread over the other workers, mostly
-    waiting on processes while the Spark worker computes."""
+    waiting on processes while the Spark worker computes; the longest start first."""
     if not config.pluginmanager.hasplugin("xdist"):
         return
     for item in items:
@@ -478,6 +489,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         else:
             group = item.module.__name__ if isinstance(item, pytest.Function) else "processes"
         item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=_start_order)
 
 
 @pytest.hookimpl(trylast=True)
