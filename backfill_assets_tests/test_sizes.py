@@ -19,8 +19,6 @@ OVERSIZED: dict[str, tuple[int, str]] = {
     "backups/spark_contract.py:judge": (93, "one Spark expression per contract rule, in order"),
     "launch.py": (618, "to split: GraphQL submission, daemon supervision, run summaries"),
     "layers/aggregated.py": (608, "to split: sessionizing apart from the assets"),
-    "publishing/assets.py": (514, "to split: publish and rollback jobs apart"),
-    "publishing/assets.py:publish_release": (127, "to split: plan, gates, apply, report"),
     "reporting/report.py": (833, "to split: collection apart from rendering"),
     "reporting/report.py:collect_run": (91, "to split: one function per section"),
     "reporting/report.py:collect_release": (99, "to split: one function per section"),
