@@ -24,9 +24,6 @@ OVERSIZED: dict[str, tuple[int, str]] = {
     "reporting/report.py:collect_release": (99, "to split: one function per section"),
     "resources/io_managers.py": (566, "to split: reads apart from writes"),
     "resources/io_managers.py:_write": (94, "to split: lineage apart from the write"),
-    "sensors/findings.py": (796, "to split: backup findings apart from published ones"),
-    "sensors/findings.py:_backup_findings": (85, "to split: one function per finding"),
-    "sensors/findings.py:plan": (104, "to split: one rule function per request kind"),
 }
 
 
