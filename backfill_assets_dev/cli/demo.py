@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 
     from backfill_assets.launch import BackfillOutcome, DaemonSupervisor, RunSummary
     from backfill_assets.names import Layer
-    from backfill_assets.reporting.report import BackfillReport
+    from backfill_assets.reporting.render import BackfillReport
     from backfill_assets.settings import Settings
     from backfill_assets_dev.expected import Delivery
 
