@@ -49,8 +49,9 @@ from backfill_assets.names import AGGREGATED
 from backfill_assets.partitions import hourly_partitions, parse_hour
 from backfill_assets.publishing.publisher import SOURCE_OUTSIDE, provisional_note
 from backfill_assets.publishing.tables import table_key
-from backfill_assets.resources.io_managers import PartialWindow, UpstreamGap, WithRules, unwrap
+from backfill_assets.resources.io_managers import PartialWindow, UpstreamGap, unwrap
 from backfill_assets.resources.launch_form import LaunchForm
+from backfill_assets.resources.shadow_stats import WithRules
 
 CODE_VERSION = AGGREGATED.code_version
 GROUP = "aggregated"

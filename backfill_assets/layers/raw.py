@@ -36,13 +36,13 @@ from backfill_assets.partitions import hourly_partitions
 from backfill_assets.publishing import audit, erasure
 from backfill_assets.publishing.tables import run_id, table_key
 from backfill_assets.resources.backup_store import BackupStore
-from backfill_assets.resources.io_managers import (
+from backfill_assets.resources.launch_form import LaunchForm
+from backfill_assets.resources.shadow_stats import (
     Measured,
     added_groups,
     stats_aggregates,
     stats_of,
 )
-from backfill_assets.resources.launch_form import LaunchForm
 from backfill_assets.resources.warehouse import Warehouse
 
 CODE_VERSION = RAW.code_version

@@ -28,7 +28,7 @@ from backfill_assets.layers.urls import normalize_url
 from backfill_assets.partitions import hour_range, parse_hour, shift_hour
 from backfill_assets.publishing import audit
 from backfill_assets.publishing.tables import partition_locations, published_hours
-from backfill_assets.resources.io_managers import partition_stats
+from backfill_assets.resources.shadow_stats import partition_stats
 from backfill_assets_dev.generator import generate_backups
 from backfill_assets_dev.generator.truth import read_truth_payloads, read_truth_sessions, sessionize
 
