@@ -11,13 +11,10 @@ from backfill_assets.checks.transformed import transformed_checks
 from backfill_assets.layers.aggregated import aggregated_shadow
 from backfill_assets.layers.raw import raw_shadow
 from backfill_assets.layers.transformed import transformed_shadow
-from backfill_assets.publishing.assets import (
-    publish_release,
-    published_tables,
-    rollback_release_job,
-)
+from backfill_assets.publishing.assets import publish_release, published_tables
 from backfill_assets.publishing.cancel import record_cancellation_job
 from backfill_assets.publishing.erase import erase_job
+from backfill_assets.publishing.rollback import rollback_release_job
 from backfill_assets.publishing.vacuum import build_vacuum_schedule, vacuum_job
 from backfill_assets.resources import build_resources
 from backfill_assets.sensors.reconciliation import build_reconciliation_sensor

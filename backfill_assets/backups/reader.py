@@ -44,10 +44,10 @@ from contextlib import contextmanager
 from typing import TypeVar
 
 from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from backfill_assets import faults, frames
+from backfill_assets import frames
 from backfill_assets.backups import contract, screen
 from backfill_assets.backups.inventory import Folder, unique_files
 from backfill_assets.backups.parsed_rows import (
@@ -58,14 +58,10 @@ from backfill_assets.backups.parsed_rows import (
     TYPES,
     ParsedRows,
 )
-from backfill_assets.backups.spark_contract import UNDECIDED, judge
+from backfill_assets.backups.spark_lines import KIND_FILE, KIND_READ, KIND_UNDECIDED, parse
 from backfill_assets.partitions import parse_hour
 from backfill_assets.resources.backup_store import BackupStore
 from backfill_assets.settings import ReadLimits
-
-_KIND_UNDECIDED = "undecided"  # a line for the Python reference
-_KIND_FILE = "file"  # one row per expected file: its digest check
-_KIND_READ = "read"  # one row per file Spark decompressed (marks it readable)
 
 _UNDECIDED_COLUMNS = ("hour", "client_id", "file", "line_number", "raw_bytes")
 # What the rows that are not valid lines need (their payload columns are null).
@@ -86,177 +82,15 @@ _FILES_SCHEMA = (
     "file string, hour string, client_id bigint, hour_start_ms bigint, sha256 string, "
     "records bigint"
 )
-# The part of a file's path the inventory names it by: raw/date=…/hour=…/client_id=…/part-…
-_REL_PATH = r"(raw/date=[^/]+/hour=[^/]+/client_id=[^/]+/[^/]+)$"
-_HOUR_MS = contract.HOUR_MS
 # Undecided lines judged on the driver at most (else in one Python worker on an executor).
 DRIVER_JUDGED_LINES = 10_000
 DRIVER_JUDGED_BYTES = 16 * 2**20
-
-
-def _rel(path: Column) -> Column:
-    return F.regexp_extract(path, _REL_PATH, 1)
 
 
 def _parsed(frame: DataFrame) -> DataFrame:
     """``frame``'s rows as ``PARSED_SCHEMA`` rows: the columns it lacks are typed nulls."""
     have = set(frame.columns)
     return frame.select(*(c if c in have else F.lit(None).cast(TYPES[c]).alias(c) for c in COLUMNS))
-
-
-def _checkpoint(batches: Iterator) -> Iterator:
-    faults.checkpoint(faults.SHADOW_WRITE)
-    yield from batches
-
-
-def _file_checks(spark: SparkSession, paths: list[str], expected: DataFrame) -> DataFrame:
-    """One row per file: the manifest entry, the actual digest and size."""
-    files = spark.read.format("binaryFile").load(paths)
-    if faults.armed(faults.SHADOW_WRITE):  # fault-injection tests: a Python step to stop in
-        files = files.mapInArrow(_checkpoint, files.schema)
-    return files.select(
-        _rel(F.col("path")).alias("file"),
-        F.sha2(F.col("content"), 256).alias("actual_sha256"),
-        F.length(F.col("content")).alias("bytes"),
-    ).join(F.broadcast(expected), "file")
-
-
-def _parse(spark: SparkSession, paths: list[str], expected: DataFrame) -> DataFrame:
-    """Every line judged in the JVM (``UNDECIDED`` ones marked), plus file-level rows:
-    the lines of every expected file, whatever its digest (``read_folders`` leaves out
-    those of a file whose digest differs, which its file row names)."""
-    checks = _file_checks(spark, paths, expected)
-    digest_ok = F.col("actual_sha256") == F.col("sha256")
-    # Joined with the manifests' entries, a local relation (no job): not with the digests'
-    # verdicts, which would make the digest pass a job of its own before this one.
-    files = F.broadcast(expected.select("file", "hour", "client_id", "hour_start_ms"))
-    texts = (
-        spark.read.option("ignoreCorruptFiles", "true")
-        .text(paths, wholetext=True)
-        .select(_rel(F.col("_metadata.file_path")).alias("file"), "value")
-        .join(files, "file")
-    )
-    value = F.col("value")
-    raw_split = F.transform(  # each line keeps its bytes, valid UTF-8 or not
-        F.split(F.decode(value.cast("binary"), "ISO-8859-1"), "\n", -1),
-        lambda x: F.encode(x, "ISO-8859-1").cast("string"),
-    )
-    # A file that is UTF-8 throughout has only UTF-8 lines (a newline byte is never part
-    # of a multi-byte character): the judge checks the lines of the other files alone.
-    texts = texts.select("*", F.is_valid_utf8(value).alias("utf8"))
-    utf8 = F.col("utf8")
-    parts = F.when(utf8, F.split(value, "\n", -1)).otherwise(raw_split)
-    # "a\nb\n" splits into ["a", "b", ""]: the empty string after the last newline is no
-    # line (as in the reference); one null element is appended as the file's read marker.
-    split = texts.select("file", "hour", "client_id", "hour_start_ms", "utf8", parts.alias("parts"))
-    parts = F.col("parts")
-    # Sized before the explode, so that no exploded row carries its file's whole array.
-    sized = split.select(
-        "file",
-        "hour",
-        "client_id",
-        "hour_start_ms",
-        "utf8",
-        F.size(parts).alias("n"),
-        (F.size(parts) - F.when(F.element_at(parts, -1) == "", 1).otherwise(0)).alias("n_lines"),
-        F.concat(parts, F.array(F.lit(None).cast("string"))).alias("items"),
-    )
-    lines = sized.select(
-        "file",
-        "hour",
-        "client_id",
-        "hour_start_ms",
-        "utf8",
-        "n",
-        "n_lines",
-        # ``_outer``: the same rows here (``items`` is never empty), but no filter inferred
-        # from it. For an inner explode Spark infers ``size(items) > 0`` and pushes it
-        # below these projections into the scan, where it splits every file a second time
-        # (and re-encodes every line of a file that is not UTF-8 throughout).
-        F.posexplode_outer("items").alias("pos", "line"),
-    ).where((F.col("pos") < F.col("n_lines")) | (F.col("pos") == F.col("n")))
-    judged = judge(lines, "line", "client_id", utf8="utf8")
-    reason, line = F.col("reason"), F.col("line")
-    hour_start = F.col("hour_start_ms")
-    kind = (
-        F.when(F.col("pos") == F.col("n"), F.lit(_KIND_READ))
-        .when(reason.isNull(), F.lit(KIND_PAYLOAD))
-        .when(reason == UNDECIDED, F.lit(_KIND_UNDECIDED))
-        .otherwise(F.lit(KIND_QUARANTINE))
-    )
-    judged = judged.withColumn("kind", kind)
-    kind = F.col("kind")
-    is_payload = kind == KIND_PAYLOAD
-
-    def payload(name: str) -> Column:
-        return F.when(is_payload, F.col(name))
-
-    received_ms = F.col("received_at_ms")
-    line_rows = judged.select(
-        "kind",
-        "hour",
-        "client_id",
-        "file",
-        (F.col("pos") + 1).cast("long").alias("line_number"),
-        F.when(kind == KIND_QUARANTINE, reason).alias("reason"),
-        F.when(kind == KIND_QUARANTINE, line).alias("raw_text"),
-        payload("payload_id").alias("payload_id"),
-        payload("user_id").alias("user_id"),
-        F.when(is_payload, F.timestamp_millis(F.col("event_time_ms"))).alias("event_time"),
-        F.when(is_payload, F.timestamp_millis(received_ms)).alias("received_at"),
-        payload("event_type").alias("event_type"),
-        payload("page_url").alias("page_url"),
-        payload("device").alias("device"),
-        payload("referrer").alias("referrer"),
-        payload("schema_version").alias("schema_version"),
-        F.when(is_payload, ~received_ms.between(hour_start, hour_start + (_HOUR_MS - 1))).alias(
-            "received_outside_hour"
-        ),
-        F.when(kind == _KIND_UNDECIDED, line.cast("binary")).alias("raw_bytes"),
-        F.lit(None).cast("bigint").alias("records"),
-        F.lit(None).cast("boolean").alias("empty"),
-    )
-    file_rows = checks.select(
-        F.lit(_KIND_FILE).alias("kind"),
-        "hour",
-        "client_id",
-        "file",
-        F.lit(None).cast("long").alias("line_number"),
-        F.when(
-            ~digest_ok,
-            F.concat(
-                F.lit(f"{contract.FILE_DIGEST_MISMATCH}: sha256 "),
-                F.col("actual_sha256"),
-                F.lit(" != manifest "),
-                F.col("sha256"),
-                F.lit(" ("),
-                F.col("bytes").cast("string"),
-                F.lit(" bytes); "),
-                F.col("records").cast("string"),
-                F.lit(" lines not read"),
-            ),
-        ).alias("reason"),
-        *(
-            F.lit(None).cast(t).alias(c)
-            for c, t in (
-                ("raw_text", "string"),
-                ("payload_id", "string"),
-                ("user_id", "string"),
-                ("event_time", "timestamp"),
-                ("received_at", "timestamp"),
-                ("event_type", "string"),
-                ("page_url", "string"),
-                ("device", "string"),
-                ("referrer", "string"),
-                ("schema_version", "int"),
-                ("received_outside_hour", "boolean"),
-                ("raw_bytes", "binary"),
-            )
-        ),
-        "records",
-        (F.col("bytes") == 0).alias("empty"),
-    )
-    return line_rows.unionByName(file_rows)
 
 
 def _judged_by_reference(records: Iterable[Mapping], hour_starts: dict[str, int]):
@@ -396,6 +230,118 @@ class JudgedLines:
         return self.bulk.unionByName(self.rest)
 
 
+def _unreadable(files: DataFrame, read: DataFrame) -> DataFrame:
+    """The file rows of the non-empty files whose digest matched but which Spark could not
+    decompress (no read marker): a ``file_unreadable`` reason each."""
+    reason = F.concat(
+        F.lit(
+            f"{contract.FILE_UNREADABLE}: not a complete zstd frame of text "
+            "(Spark could not decompress it); "
+        ),
+        F.col("records").cast("string"),
+        F.lit(" lines not read"),
+    )
+    return (
+        files.where(F.col("reason").isNull() & ~F.col("empty"))
+        .join(read, "file", "left_anti")
+        .withColumn("reason", reason)
+    )
+
+
+class _SparkRead:
+    """The lines Spark judged (``judged``, cached) and what ``JudgedLines`` asks of them
+    after the first pass; ``held``: every frame cached, released by ``release``."""
+
+    def __init__(
+        self,
+        judged: DataFrame,
+        hour_starts: dict[str, int],
+        driver_judged_lines: int,
+        screened: DataFrame | None,
+    ):
+        self.judged = judged
+        self.held = [judged]
+        self._hour_starts = hour_starts
+        self._driver_judged_lines = driver_judged_lines
+        self._screened = screened
+        self._left_out: list[str] | None = None
+
+    @functools.cached_property
+    def side(self) -> DataFrame:
+        # The few rows that are not valid lines, cached apart in a few partitions: the
+        # counts, the undecided lines and the quarantine write read them without scanning
+        # the valid lines again (nor scheduling a task per partition of the judged lines).
+        # A coalesce, not a shuffle: the judged lines are cached by the time these are
+        # first asked for (after the first pass), so a few tasks scan that cache (0.55-0.8 s
+        # for the day's 58 partitions, against 0.9-1.2 s through a shuffle). (Asked for
+        # before it, they would judge the lines in these few tasks: the same work.)
+        # Without the payload columns (null on these rows): the scan of the judged lines
+        # reads only the columns kept here.
+        rows = (
+            self.judged.where(F.col("kind") != KIND_PAYLOAD)
+            .select(*_SIDE_COLUMNS)
+            .coalesce(self.judged.sparkSession.sparkContext.defaultParallelism)
+            .persist(StorageLevel.MEMORY_AND_DISK)
+        )
+        self.held.append(rows)
+        return rows
+
+    def left_out(self) -> list[str]:
+        """The files whose digest differs from their manifest's: none of their lines count
+        (one small action over the side rows; the file rows are one per expected file)."""
+        if self._left_out is None:
+            kind = F.col("kind")
+            mismatched = self.side.where((kind == KIND_FILE) & F.col("reason").isNotNull())
+            self._left_out = sorted(r.file for r in mismatched.select("file").collect())
+        return self._left_out
+
+    def rest(self) -> DataFrame:
+        kind = F.col("kind")
+        bad = self.left_out()
+        lines = self.side.where(~F.col("file").isin(bad)) if bad else self.side
+        undecided = _judge_undecided(
+            self.judged.sparkSession,
+            lines.where(kind == KIND_UNDECIDED).select(*_UNDECIDED_COLUMNS),
+            self._hour_starts,
+            self._driver_judged_lines,
+        )
+        self.held.append(undecided)
+        rejected = _parsed(lines.where(kind == KIND_QUARANTINE))
+        files = self.side.where(kind == KIND_FILE)
+        read = self.side.where(kind == KIND_READ).select("file")
+        corrupt = files.where(F.col("reason").isNotNull())
+        file_rows = _parsed(
+            corrupt.unionByName(_unreadable(files, read)).withColumn("kind", F.lit(KIND_QUARANTINE))
+        )
+        judged_rest = rejected.unionByName(undecided).unionByName(file_rows)
+        return judged_rest if self._screened is None else judged_rest.unionByName(self._screened)
+
+    def lines(self) -> JudgedLines:
+        valid = self.judged.where(F.col("kind") == KIND_PAYLOAD).select(*COLUMNS)
+        return JudgedLines(valid, self.rest, self.left_out)
+
+    def release(self) -> None:
+        for frame in reversed(self.held):
+            frame.unpersist()
+
+
+@contextmanager
+def _read_with_executors(
+    spark: SparkSession, store: BackupStore, folders: list[Folder], limits: ReadLimits
+) -> Iterator[JudgedLines]:
+    """From a store Spark cannot open: the executors' reader judges every line in one pass."""
+    from backfill_assets.backups.reader_executors import read_with_executors
+
+    # cached as well: the caller's counts and its two writes read the backups once
+    parsed = read_with_executors(spark, store, folders, PARSED_SCHEMA, limits).persist(
+        StorageLevel.MEMORY_AND_DISK
+    )
+    try:
+        yield JudgedLines(parsed, lambda: frames.empty(spark, PARSED_SCHEMA))
+    finally:
+        parsed.unpersist()
+
+
 @contextmanager
 def read_folders(
     spark: SparkSession,
@@ -423,16 +369,8 @@ def read_folders(
         yield JudgedLines(empty, lambda: empty)
         return
     if not store.spark_reads_files():
-        from backfill_assets.backups.reader_executors import read_with_executors
-
-        # cached as well: the caller's counts and its two writes read the backups once
-        parsed = read_with_executors(spark, store, folders, PARSED_SCHEMA, limits).persist(
-            StorageLevel.MEMORY_AND_DISK
-        )
-        try:
-            yield JudgedLines(parsed, lambda: frames.empty(spark, PARSED_SCHEMA))
-        finally:
-            parsed.unpersist()
+        with _read_with_executors(spark, store, folders, limits) as lines:
+            yield lines
         return
     expected, screened = _screened(spark, store, expected, limits)
     if not expected:  # every file refused or judged here
@@ -441,74 +379,9 @@ def read_folders(
         return
     paths = [store.spark_path(rel) for rel, *_ in sorted(expected)]
     entries = frames.local(spark, expected, _FILES_SCHEMA)  # no Python worker
-    judged = _parse(spark, paths, entries).persist(StorageLevel.MEMORY_AND_DISK)
-    kind = F.col("kind")
-    held = [judged]  # what is cached, released on exit
-
-    @functools.cache
-    def side() -> DataFrame:
-        # The few rows that are not valid lines, cached apart in a few partitions: the
-        # counts, the undecided lines and the quarantine write read them without scanning
-        # the valid lines again (nor scheduling a task per partition of the judged lines).
-        # A coalesce, not a shuffle: the judged lines are cached by the time these are
-        # first asked for (after the first pass), so a few tasks scan that cache (0.55-0.8 s
-        # for the day's 58 partitions, against 0.9-1.2 s through a shuffle). (Asked for
-        # before it, they would judge the lines in these few tasks: the same work.)
-        # Without the payload columns (null on these rows): the scan of the judged lines
-        # reads only the columns kept here.
-        rows = (
-            judged.where(kind != KIND_PAYLOAD)
-            .select(*_SIDE_COLUMNS)
-            .coalesce(spark.sparkContext.defaultParallelism)
-            .persist(StorageLevel.MEMORY_AND_DISK)
-        )
-        held.append(rows)
-        return rows
-
-    @functools.cache
-    def left_out() -> list[str]:
-        """The files whose digest differs from their manifest's: none of their lines count
-        (one small action over the side rows; the file rows are one per expected file)."""
-        mismatched = side().where((kind == _KIND_FILE) & F.col("reason").isNotNull())
-        return sorted(r.file for r in mismatched.select("file").collect())
-
-    def rest() -> DataFrame:
-        bad = left_out()
-        lines = side().where(~F.col("file").isin(bad)) if bad else side()
-        undecided = _judge_undecided(
-            spark,
-            lines.where(kind == _KIND_UNDECIDED).select(*_UNDECIDED_COLUMNS),
-            hour_starts,
-            driver_judged_lines,
-        )
-        held.append(undecided)
-        rejected = _parsed(lines.where(kind == KIND_QUARANTINE))
-        files = side().where(kind == _KIND_FILE)
-        read = side().where(kind == _KIND_READ).select("file")
-        unreadable = (
-            files.where(F.col("reason").isNull() & ~F.col("empty"))
-            .join(read, "file", "left_anti")
-            .withColumn(
-                "reason",
-                F.concat(
-                    F.lit(
-                        f"{contract.FILE_UNREADABLE}: not a complete zstd frame of text "
-                        "(Spark could not decompress it); "
-                    ),
-                    F.col("records").cast("string"),
-                    F.lit(" lines not read"),
-                ),
-            )
-        )
-        corrupt = files.where(F.col("reason").isNotNull())
-        file_rows = _parsed(
-            corrupt.unionByName(unreadable).withColumn("kind", F.lit(KIND_QUARANTINE))
-        )
-        judged_rest = rejected.unionByName(undecided).unionByName(file_rows)
-        return judged_rest if screened is None else judged_rest.unionByName(screened)
-
+    judged = parse(spark, paths, entries).persist(StorageLevel.MEMORY_AND_DISK)
+    read = _SparkRead(judged, hour_starts, driver_judged_lines, screened)
     try:
-        yield JudgedLines(judged.where(kind == KIND_PAYLOAD).select(*COLUMNS), rest, left_out)
+        yield read.lines()
     finally:
-        for frame in reversed(held):
-            frame.unpersist()
+        read.release()

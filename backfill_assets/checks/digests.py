@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from backfill_assets.resources.io_managers import exact_sum, summed
+from backfill_assets.resources.shadow_stats import exact_sum, summed
 
 _ID_HASHES = {
     "ids_xx": lambda: F.xxhash64("payload_id"),

@@ -1,6 +1,7 @@
 """Blocking checks of the raw shadow tables: pandera row rules and manifest reconciliation."""
 
 import dagster as dg
+from pyspark.sql import DataFrame, Row
 from pyspark.sql import functions as F
 
 from backfill_assets import tags
@@ -89,6 +90,77 @@ def lines_read(
     return found
 
 
+def _rejected(quarantine: DataFrame) -> list[Row]:
+    """Per (hour, client): the quarantined lines, the whole-file rows and the first few of
+    those files named (in the reconciliation's reason)."""
+    whole_file = F.col("line_number").isNull()
+    return (
+        quarantine.groupBy("hour", "client_id")
+        .agg(
+            F.sum(F.when(~whole_file, 1).otherwise(0)).alias("quarantined"),
+            F.sum(F.when(whole_file, 1).otherwise(0)).alias("bad"),
+            F.slice(  # the first few whole-file rows, named in the reconciliation's reason
+                F.sort_array(
+                    F.collect_list(
+                        F.when(
+                            whole_file,
+                            F.concat_ws(  # its name in its folder, and why
+                                ": ", F.substring_index(F.col("file"), "/", -1), F.col("reason")
+                            ),
+                        )
+                    )
+                ),
+                1,
+                MAX_NAMED_FILES,
+            ).alias("bad_files"),
+        )
+        .collect()
+    )
+
+
+_ZERO = (0, 0, 0)
+
+
+def _totals(
+    group_rows: dict[tuple[str, int], int], rejected: list[Row]
+) -> dict[tuple[str, int], tuple[int, int, int]]:
+    """(valid, quarantined lines, unreadable files) per (hour, client)."""
+    totals = {key: (rows, 0, 0) for key, rows in group_rows.items()}
+    for r in rejected:
+        key = (r["hour"], r["client_id"])
+        totals[key] = (totals.get(key, _ZERO)[0], int(r["quarantined"]), int(r["bad"]))
+    return totals
+
+
+def _counts(
+    totals: dict[tuple[str, int], tuple[int, int, int]], erased: dict[tuple[str, int], int]
+) -> dict[tuple[str, int], tuple[int, int]]:
+    """(lines accounted for, unreadable files) per (hour, client), as ``reconcile`` takes
+    them: the lines of erased users, left out by the build, are accounted for (not lost)."""
+    return {
+        k: (sum(totals.get(k, _ZERO)[:2]) + erased.get(k, 0), totals.get(k, _ZERO)[2])
+        for k in totals.keys() | erased.keys()
+    }
+
+
+def _per_hour(
+    totals: dict[tuple[str, int], tuple[int, int, int]], erased: dict[tuple[str, int], int]
+) -> tuple[dict[str, int], dict[str, int], dict[str, int], dict[str, int]]:
+    """The (valid, quarantined, unreadable files) totals per (hour, client) and the erased
+    lines per (hour, client), summed per hour."""
+    valid_of: dict[str, int] = {}
+    quarantined_of: dict[str, int] = {}
+    bad_of: dict[str, int] = {}
+    erased_of: dict[str, int] = {}
+    for (hour, _), (valid_lines, quarantined_lines, bad) in totals.items():
+        valid_of[hour] = valid_of.get(hour, 0) + valid_lines
+        quarantined_of[hour] = quarantined_of.get(hour, 0) + quarantined_lines
+        bad_of[hour] = bad_of.get(hour, 0) + bad
+    for (hour, _), lines in erased.items():
+        erased_of[hour] = erased_of.get(hour, 0) + lines
+    return valid_of, quarantined_of, bad_of, erased_of
+
+
 @dg.multi_asset_check(
     specs=[
         common.check_spec(
@@ -132,44 +204,15 @@ def raw_checks(
         by=RULES_BY,
     )
     rule_failing = report.reasons
-    rejected = (
-        quarantine.groupBy("hour", "client_id")
-        .agg(
-            F.sum(F.when(F.col("line_number").isNotNull(), 1).otherwise(0)).alias("quarantined"),
-            F.sum(F.when(F.col("line_number").isNull(), 1).otherwise(0)).alias("bad"),
-            F.slice(  # the first few whole-file rows, named in the reconciliation's reason
-                F.sort_array(
-                    F.collect_list(
-                        F.when(
-                            F.col("line_number").isNull(),
-                            F.concat_ws(  # its name in its folder, and why
-                                ": ", F.substring_index(F.col("file"), "/", -1), F.col("reason")
-                            ),
-                        )
-                    )
-                ),
-                1,
-                MAX_NAMED_FILES,
-            ).alias("bad_files"),
-        )
-        .collect()
-    )
+    rejected = _rejected(quarantine)
     bad_files = {(r["hour"], r["client_id"]): list(r["bad_files"]) for r in rejected}
-    zero = (0, 0, 0)
-    totals = {key: (rows, 0, 0) for key, rows in report.group_rows.items()}
-    for r in rejected:
-        key = (r["hour"], r["client_id"])
-        totals[key] = (totals.get(key, zero)[0], int(r["quarantined"]), int(r["bad"]))
+    totals = _totals(report.group_rows, rejected)
     # lines of erased users, left out by the build, are accounted for (not lost)
     erased = erasure.erased_counts(spark, version)
-    counts = {
-        k: (sum(totals.get(k, zero)[:2]) + erased.get(k, 0), totals.get(k, zero)[2])
-        for k in totals.keys() | erased.keys()
-    }
     inventory = take_inventory(backups, hours)
     allowed = tags.allowed_missing_hours(tags.of_run(context.instance, context.run.run_id), hours)
     recon_failing = reconcile(
-        inventory, counts, allowed, lines_read(context, version, hours), bad_files
+        inventory, _counts(totals, erased), allowed, lines_read(context, version, hours), bad_files
     )
     common.record_and_log(
         context,
@@ -181,13 +224,7 @@ def raw_checks(
         hours,
         {ROW_RULES: rule_failing, MANIFEST_RECONCILIATION: recon_failing},
     )
-    valid_of, quarantined_of, bad_of, erased_of = {}, {}, {}, {}
-    for (hour, _), (valid_lines, quarantined_lines, bad) in totals.items():
-        valid_of[hour] = valid_of.get(hour, 0) + valid_lines
-        quarantined_of[hour] = quarantined_of.get(hour, 0) + quarantined_lines
-        bad_of[hour] = bad_of.get(hour, 0) + bad
-    for (hour, _), lines in erased.items():
-        erased_of[hour] = erased_of.get(hour, 0) + lines
+    valid_of, quarantined_of, bad_of, erased_of = _per_hour(totals, erased)
     yield from common.results(
         context,
         ROW_RULES,

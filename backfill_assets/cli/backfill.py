@@ -137,12 +137,12 @@ def _follow(
 ) -> int:
     """Follow a backfill (or run) to its end; ``report_id``: the release its report is of
     (a publish's own backfill holds only the release gates: report the release it published)."""
-    from backfill_assets import launch
+    from backfill_assets import daemon, launch
 
     log_file = os.path.join(settings.dagster_home, "logs", "daemon.log")
     from pathlib import Path
 
-    with launch.DaemonSupervisor(settings, instance, Path(log_file)) as supervisor:
+    with daemon.DaemonSupervisor(settings, instance, Path(log_file)) as supervisor:
         outcome = launch.follow(
             instance,
             backfill_id=backfill_id,

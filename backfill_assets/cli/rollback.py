@@ -37,7 +37,7 @@ def run_rollback(args: argparse.Namespace) -> int:
     from backfill_assets.cli.backfill import _context, _follow
     from backfill_assets.layers.registry import LAYERS
     from backfill_assets.partitions import InvalidHourError, parse_hour
-    from backfill_assets.publishing.assets import ROLLBACK_JOB
+    from backfill_assets.publishing.rollback import ROLLBACK_JOB
 
     if args.layer not in LAYERS:
         raise CommandError(f"unknown layer {args.layer!r}; choose from {', '.join(LAYERS)}")

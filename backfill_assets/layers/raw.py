@@ -36,13 +36,13 @@ from backfill_assets.partitions import hourly_partitions
 from backfill_assets.publishing import audit, erasure
 from backfill_assets.publishing.tables import run_id, table_key
 from backfill_assets.resources.backup_store import BackupStore
-from backfill_assets.resources.io_managers import (
+from backfill_assets.resources.launch_form import LaunchForm
+from backfill_assets.resources.shadow_stats import (
     Measured,
     added_groups,
     stats_aggregates,
     stats_of,
 )
-from backfill_assets.resources.launch_form import LaunchForm
 from backfill_assets.resources.warehouse import Warehouse
 
 CODE_VERSION = RAW.code_version
@@ -101,6 +101,126 @@ def _counts(parsed: DataFrame) -> list[dict]:
     return [row.asDict() for row in rows]
 
 
+def _inventory(
+    context: dg.AssetExecutionContext, backups: BackupStore, hours: list[str]
+) -> tuple[dict, dict[str, list]]:
+    """The hours' inventory (logged, with its problems) and each hour's closed files."""
+    inventory = take_inventory(backups, hours)
+    folders = [f for h in inventory.values() for f in h.folders if f.closed]
+    hour_files = {
+        h: [f for d in inv.folders if d.closed for f in d.files] for h, inv in inventory.items()
+    }
+    files = [f for listed in hour_files.values() for f in listed]
+    context.log.info(
+        f"backups {hours[0]}..{hours[-1]}: {len(folders)} closed folder(s), {len(files)} file(s), "
+        f"{sum(h.expected_records for h in inventory.values())} manifest records"
+    )
+    for problem in (p for h in inventory.values() for p in h.all_problems):
+        context.log.warning(problem)
+    return inventory, hour_files
+
+
+def _by_hour(counted: list[dict]) -> tuple[dict[str, int], dict[str, int]]:
+    """Lines received outside their hour and lines of erased users, per hour."""
+    outside: dict[str, int] = {}
+    erased_lines: dict[str, int] = {}
+    for row in counted:
+        outside[row["hour"]] = outside.get(row["hour"], 0) + int(row["outside"] or 0)
+        erased_lines[row["hour"]] = erased_lines.get(row["hour"], 0) + int(row["erased"] or 0)
+    return outside, erased_lines
+
+
+def _record_erased(
+    context: dg.AssetExecutionContext, warehouse: Warehouse, counted: list[dict]
+) -> None:
+    """The lines of erased users left out, per (hour, client), in the audit table."""
+    audit.append(
+        warehouse.spark,
+        warehouse.warehouse_dir,
+        audit.ERASED_LINES,
+        [
+            {
+                "table_name": LAYER.checked_table,
+                "hour": row["hour"],
+                "version": run_id(context.run_id),
+                "client_id": row["client_id"],
+                "lines": int(row["erased"]),
+                "run_id": context.run_id,
+                "recorded_at": audit.now(),
+            }
+            for row in counted
+            if row["erased"]
+        ],
+    )
+
+
+def _hour_read(
+    hour_inventory,
+    files: list,
+    read_of: dict[tuple[str, str], int],
+    hour: str,
+    *,
+    outside: int,
+    erased: int,
+) -> dict:
+    """What one hour read: its manifest records, its lines received outside the hour and
+    erased, its files (the first few listed with the lines read of each) and its backup
+    problems."""
+    read = {
+        MANIFEST_RECORDS: hour_inventory.expected_records,
+        RECEIVED_OUTSIDE: outside,
+        ERASED_LINES: erased,
+        HOUR_INPUT_FILES: len(files),
+        INPUT_FILES_LIST: json_metadata(
+            [
+                {
+                    "file": f.rel_path,
+                    "sha256": f.sha256,
+                    "records": f.records,
+                    LINES_READ: read_of.get((hour, f.rel_path), 0),
+                }
+                for f in files[:MAX_LISTED_FILES]
+            ]
+        ),
+    }
+    hour_problems = hour_inventory.all_problems
+    if hour_problems:
+        read[HOUR_BACKUP_PROBLEMS] = json_metadata(hour_problems[:MAX_LISTED_PROBLEMS])
+    return read
+
+
+def _lineage(
+    context: dg.AssetExecutionContext,
+    files: list,
+    problems: int,
+    outside: dict[str, int],
+    erased_lines: dict[str, int],
+) -> dict:
+    """The run's lineage and what it read, on both shadow tables' materializations."""
+    return {
+        **run_lineage(context, CODE_VERSION),
+        "input_files": len(files),
+        "input_bytes": sum(max(f.size, 0) for f in files),
+        "input_digest": digest_of([f"{f.rel_path}:{f.sha256}" for f in files]),
+        "received_outside_hour": sum(outside.values()),
+        "erased_lines_total": sum(erased_lines.values()),
+        BACKUP_PROBLEMS: problems,
+    }
+
+
+def _quarantine(kept: DataFrame) -> DataFrame:
+    """The quarantine rows to write. Usually few rows, spread over every partition of the
+    lines: gathered by hour first, so that each hour is one file (a file per task and hour
+    was a hundred tiny files). A rebalance, not a repartition: adaptive execution splits an
+    hour of many rows (a disaster hour, every line malformed) over several tasks and files
+    instead of writing it in one task."""
+    return (
+        kept.where(F.col("kind") == KIND_QUARANTINE)
+        .select(*QUARANTINE_COLUMNS, "run_id", "code_version", "hour")
+        .hint("rebalance", "hour")
+    )
+
+
 @dg.multi_asset(
     name="raw_shadow",
     outs={
@@ -133,19 +253,10 @@ def raw_shadow(
     refuse_if_held(context)  # an earlier release in flight holds some of its hours
     started = time.monotonic()
     hours = list(context.partition_keys)
-    inventory = take_inventory(backups, hours)
+    inventory, hour_files = _inventory(context, backups, hours)
     folders = [f for h in inventory.values() for f in h.folders if f.closed]
-    hour_files = {
-        h: [f for d in inv.folders if d.closed for f in d.files] for h, inv in inventory.items()
-    }
     files = [f for listed in hour_files.values() for f in listed]
     problems = [p for h in inventory.values() for p in h.all_problems]
-    context.log.info(
-        f"backups {hours[0]}..{hours[-1]}: {len(folders)} closed folder(s), {len(files)} file(s), "
-        f"{sum(h.expected_records for h in inventory.values())} manifest records"
-    )
-    for problem in problems:
-        context.log.warning(problem)
 
     spark = warehouse.spark
     erasures = erasure.digests(spark)
@@ -180,60 +291,19 @@ def raw_shadow(
             RULES_BY,
             counted,
         )
-        outside: dict[str, int] = {}
-        erased_lines: dict[str, int] = {}
-        for row in counted:
-            outside[row["hour"]] = outside.get(row["hour"], 0) + int(row["outside"] or 0)
-            erased_lines[row["hour"]] = erased_lines.get(row["hour"], 0) + int(row["erased"] or 0)
-        audit.append(
-            spark,
-            warehouse.warehouse_dir,
-            audit.ERASED_LINES,
-            [
-                {
-                    "table_name": LAYER.checked_table,
-                    "hour": row["hour"],
-                    "version": run_id(context.run_id),
-                    "client_id": row["client_id"],
-                    "lines": int(row["erased"]),
-                    "run_id": context.run_id,
-                    "recorded_at": audit.now(),
-                }
-                for row in counted
-                if row["erased"]
-            ],
-        )
-        lineage = {
-            **run_lineage(context, CODE_VERSION),
-            "input_files": len(files),
-            "input_bytes": sum(max(f.size, 0) for f in files),
-            "input_digest": digest_of([f"{f.rel_path}:{f.sha256}" for f in files]),
-            "received_outside_hour": sum(outside.values()),
-            "erased_lines_total": sum(erased_lines.values()),
-            BACKUP_PROBLEMS: len(problems),
-        }
+        outside, erased_lines = _by_hour(counted)
+        _record_erased(context, warehouse, counted)
+        lineage = _lineage(context, files, len(problems), outside, erased_lines)
         # What each hour read goes on that hour's events only (linear event-log growth).
         for hour in hours:
-            read = {
-                MANIFEST_RECORDS: inventory[hour].expected_records,
-                RECEIVED_OUTSIDE: outside.get(hour, 0),
-                ERASED_LINES: erased_lines.get(hour, 0),
-                HOUR_INPUT_FILES: len(hour_files[hour]),
-                INPUT_FILES_LIST: json_metadata(
-                    [
-                        {
-                            "file": f.rel_path,
-                            "sha256": f.sha256,
-                            "records": f.records,
-                            LINES_READ: read_of.get((hour, f.rel_path), 0),
-                        }
-                        for f in hour_files[hour][:MAX_LISTED_FILES]
-                    ]
-                ),
-            }
-            hour_problems = inventory[hour].all_problems
-            if hour_problems:
-                read[HOUR_BACKUP_PROBLEMS] = json_metadata(hour_problems[:MAX_LISTED_PROBLEMS])
+            read = _hour_read(
+                inventory[hour],
+                hour_files[hour],
+                read_of,
+                hour,
+                outside=outside.get(hour, 0),
+                erased=erased_lines.get(hour, 0),
+            )
             for key in (SHADOW_PAYLOADS, SHADOW_QUARANTINE):
                 context.add_asset_metadata(read, asset_key=key, partition_key=hour)
         yield dg.MaterializeResult(
@@ -241,18 +311,8 @@ def raw_shadow(
             value=Measured(payloads, stats_of(counted)),
             metadata=lineage,
         )
-        # Usually few rows, spread over every partition of the lines: gathered by hour
-        # first, so that each hour is one file (a file per task and hour was a hundred
-        # tiny files). A rebalance, not a repartition: adaptive execution splits an hour
-        # of many rows (a disaster hour, every line malformed) over several tasks and
-        # files instead of writing it in one task.
-        quarantine = (
-            kept.where(F.col("kind") == KIND_QUARANTINE)
-            .select(*QUARANTINE_COLUMNS, "run_id", "code_version", "hour")
-            .hint("rebalance", "hour")
-        )
         yield dg.MaterializeResult(
             asset_key=SHADOW_QUARANTINE,
-            value=quarantine,
+            value=_quarantine(kept),
             metadata={**lineage, "seconds": round(time.monotonic() - started, 2)},
         )

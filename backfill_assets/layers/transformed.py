@@ -25,8 +25,9 @@ from backfill_assets.layers.urls import normalize_urls
 from backfill_assets.names import TRANSFORMED
 from backfill_assets.partitions import hourly_partitions
 from backfill_assets.publishing.tables import table_key
-from backfill_assets.resources.io_managers import UpstreamGap, WithRules
+from backfill_assets.resources.io_managers import UpstreamGap
 from backfill_assets.resources.launch_form import LaunchForm
+from backfill_assets.resources.shadow_stats import WithRules
 
 CODE_VERSION = TRANSFORMED.code_version
 GROUP = "transformed"

@@ -6,7 +6,7 @@
 - **``release/publish``** publishes one release: in a backfill, the backfill's own release
   after every layer's shadows and checks ran; alone (UI or ``backfill-assets publish``),
   the release named in its config or tag, or the newest checked release of a range.
-- **``rollback_release``** rolls one release back in every layer, in one transaction.
+- **``rollback_release``** (``rollback.py``) rolls one release back in every layer.
 """
 
 import time
@@ -25,7 +25,7 @@ from backfill_assets.layers.common import json_metadata, refuse, run_lineage
 from backfill_assets.layers.registry import LAYERS
 from backfill_assets.names import Layer
 from backfill_assets.partitions import InvalidHourError, hour_range, hourly_partitions, parse_hour
-from backfill_assets.publishing import audit, erasure, gates, publisher
+from backfill_assets.publishing import erasure, gates, publisher
 from backfill_assets.publishing.tables import table_key
 from backfill_assets.resources.launch_form import LaunchForm
 from backfill_assets.resources.spark import usage_metadata
@@ -34,7 +34,6 @@ from backfill_assets.tags import PUBLISH_POOL
 
 PUBLISH = dg.AssetKey(["release", "publish"])
 GROUP = "release"
-ROLLBACK_JOB = "rollback_release"
 
 DESCRIPTIONS = {
     "raw.payloads": "Published raw payloads: a faithful typed copy of the valid backup lines "
@@ -200,6 +199,101 @@ def partition_events(
     return events
 
 
+def _dry_run(
+    context: dg.AssetExecutionContext, layers: Sequence[Layer], release: str
+) -> dg.AssetObservation:
+    """A dry run publishes nothing: the release's report as an observation."""
+    verdict = (
+        f"dry run: release {release} was built and checked, nothing was published. "
+        f"Publish it with "
+        f"backfill-assets publish --backfill {release}, or launch release/publish with "
+        f"release_id: {release}"
+    )
+    context.log.info(verdict)
+    return dg.AssetObservation(
+        asset_key=PUBLISH,
+        metadata={
+            "release_id": release,
+            "mode": "dry_run",
+            "verdict": verdict,
+            **release_report(context, layers, release, {}),
+        },
+    )
+
+
+def _publish(
+    context: dg.AssetExecutionContext,
+    config: PublishConfig,
+    warehouse: Warehouse,
+    run_tags: Mapping[str, str],
+    release: str,
+    layers: Sequence[Layer],
+) -> publisher.ReleasePlan:
+    """The ledger transaction (``publisher.publish_release``); a Spark or file-system error
+    is a ``dg.Failure`` that names the release and its cause. Raises ``PublishError`` when
+    the release is refused as a whole."""
+    try:
+        return publisher.publish_release(
+            warehouse.spark,
+            warehouse.warehouse_dir,
+            release,
+            layers,
+            run_id=context.run_id,
+            manifest=tags.run_manifest(run_tags),
+            limits=gates.Limits.from_env(),
+            approve=approval_of(config, run_tags),
+        )
+    except (Py4JJavaError, PySparkException, OSError) as exc:  # Spark or the file system
+        context.log.error(f"publishing release {release} failed: {exc}")
+        raise dg.Failure(
+            description=f"publishing release {release} failed: "
+            f"{cause_line(exc, warehouse.warehouse_dir)}; what is published stays one release "
+            f"per table (an unfinished transaction is settled by the next publish or "
+            f"backfill-assets verify): free the cause, then publish again",
+        ) from exc
+
+
+def _log_outcomes(
+    context: dg.AssetExecutionContext,
+    config: PublishConfig,
+    release: str,
+    plan: publisher.ReleasePlan,
+    layers: Sequence[Layer],
+) -> tuple[dict, dict[str, str], dict[str, list[str]]]:
+    """Each layer's counts, the provisional hours, the approvals and the held-back hours,
+    logged; returns (counts per layer, provisional notes, held-back reasons)."""
+    counts = {
+        layer.name: {
+            status: sum(o.status == status for o in plan.by_layer(layer.name))
+            for status in (publisher.PUBLISHED, publisher.UNCHANGED, publisher.HELD_BACK)
+        }
+        for layer in layers
+    }
+    for layer, numbers in counts.items():
+        context.log.info(
+            f"release {release} {layer}: {numbers[publisher.PUBLISHED]} hour(s) published, "
+            f"{numbers[publisher.UNCHANGED]} unchanged, {numbers[publisher.HELD_BACK]} held back"
+        )
+    provisional = {
+        f"{o.layer} {o.hour}": o.provisional_note
+        for o in plan.outcomes
+        if o.provisional and o.status != publisher.HELD_BACK
+    }
+    for key, note in sorted(provisional.items()):
+        context.log.info(f"{key} published {note}")
+    for a in plan.approvals:
+        context.log.info(
+            f"{a['layer']} {a['hour']}: change approved by {a['approved_by']} "
+            f"({a['reason']}): {a['gate']}"
+        )
+    if config.approve and not plan.approvals:
+        context.log.warning(f"release {release}: no hour of it was waiting for approval")
+    held = {f"{o.layer} {o.hour}": o.reasons for o in plan.held}
+    for key, reasons in sorted(held.items()):
+        context.log.warning(f"{key} held back: {'; '.join(reasons)}")
+    return counts, provisional, held
+
+
 @dg.asset(
     key=PUBLISH,
     deps=SHADOWS,
@@ -230,35 +324,10 @@ def publish_release(
     release = resolve_release(spark, config, run_tags, context.run_id)
     layers = selected_layers(config.layers)
     if run_tags.get(tags.MODE) == "dry_run":
-        verdict = (
-            f"dry run: release {release} was built and checked, nothing was published. "
-            f"Publish it with "
-            f"backfill-assets publish --backfill {release}, or launch release/publish with "
-            f"release_id: {release}"
-        )
-        context.log.info(verdict)
-        yield dg.AssetObservation(
-            asset_key=PUBLISH,
-            metadata={
-                "release_id": release,
-                "mode": "dry_run",
-                "verdict": verdict,
-                **release_report(context, layers, release, {}),
-            },
-        )
+        yield _dry_run(context, layers, release)
         return
-    approval = approval_of(config, run_tags)
     try:
-        plan = publisher.publish_release(
-            spark,
-            warehouse.warehouse_dir,
-            release,
-            layers,
-            run_id=context.run_id,
-            manifest=tags.run_manifest(run_tags),
-            limits=gates.Limits.from_env(),
-            approve=approval,
-        )
+        plan = _publish(context, config, warehouse, run_tags, release, layers)
     except publisher.PublishError as exc:
         hint = (
             ""
@@ -270,46 +339,10 @@ def publish_release(
         verdict = f"release {release} refused: {exc}{hint}"
         yield from refuse(context, verdict, {"release_id": release})
         return
-    except (Py4JJavaError, PySparkException, OSError) as exc:  # Spark or the file system
-        context.log.error(f"publishing release {release} failed: {exc}")
-        raise dg.Failure(
-            description=f"publishing release {release} failed: "
-            f"{cause_line(exc, warehouse.warehouse_dir)}; what is published stays one release "
-            f"per table (an unfinished transaction is settled by the next publish or "
-            f"backfill-assets verify): free the cause, then publish again",
-        ) from exc
     lineage = {**run_lineage(context, "release"), "backfill_id": release}
     yield from partition_events(plan, lineage)
     yield from release_gate_evaluations(context.instance, plan, layers)
-    counts = {
-        layer.name: {
-            status: sum(o.status == status for o in plan.by_layer(layer.name))
-            for status in (publisher.PUBLISHED, publisher.UNCHANGED, publisher.HELD_BACK)
-        }
-        for layer in layers
-    }
-    for layer, numbers in counts.items():
-        context.log.info(
-            f"release {release} {layer}: {numbers[publisher.PUBLISHED]} hour(s) published, "
-            f"{numbers[publisher.UNCHANGED]} unchanged, {numbers[publisher.HELD_BACK]} held back"
-        )
-    provisional = {
-        f"{o.layer} {o.hour}": o.provisional_note
-        for o in plan.outcomes
-        if o.provisional and o.status != publisher.HELD_BACK
-    }
-    for key, note in sorted(provisional.items()):
-        context.log.info(f"{key} published {note}")
-    for a in plan.approvals:
-        context.log.info(
-            f"{a['layer']} {a['hour']}: change approved by {a['approved_by']} "
-            f"({a['reason']}): {a['gate']}"
-        )
-    if config.approve and not plan.approvals:
-        context.log.warning(f"release {release}: no hour of it was waiting for approval")
-    held = {f"{o.layer} {o.hour}": o.reasons for o in plan.held}
-    for key, reasons in sorted(held.items()):
-        context.log.warning(f"{key} held back: {'; '.join(reasons)}")
+    counts, provisional, held = _log_outcomes(context, config, release, plan, layers)
     waiting = sorted(f"{o.layer} {o.hour}" for o in plan.held if o.awaiting_approval)
     purge = purge_erased(context, spark, warehouse.warehouse_dir, release)
     metadata = {
@@ -421,109 +454,3 @@ def purge_erased(context: dg.AssetExecutionContext, spark, warehouse_dir: str, r
         "purged_versions": len(deletions),
         "still_published_with_erased_users": json_metadata(still),
     }
-
-
-# -------------------------------------------------------------------------------- rollback
-
-
-class RollbackConfig(dg.Config):
-    """Which release to roll back: by id, or the one currently published at an hour."""
-
-    release_id: str = Field(default="", description="the release (backfill id) to roll back")
-    hour: str = Field(default="", description="or: roll back the release published at this hour")
-    layer: str = Field(default="raw", description="the layer whose hour names the release")
-    reason: str = Field(default="", description="why (recorded in the ledger)")
-    ticket: str = Field(default="", description="ticket reference")
-    requested_by: str = Field(default="", description="who asked")
-
-
-def rollback_events(
-    spark, release: str, events: Sequence[dict], lineage: Mapping[str, object]
-) -> list[dg.AssetMaterialization]:
-    """A materialization per (table, hour) in the publish format, saying what is live now."""
-    locations = {e["new_location"] for e in events if e["new_location"]}
-    by_location = {}
-    if locations:
-        from pyspark.sql import functions as F
-
-        rows = (
-            audit.read(spark, audit.SHADOW_PARTITIONS)
-            .where(F.col("location").isin(sorted(locations)))
-            .collect()
-        )
-        by_location = {r["location"]: r.asDict() for r in rows}
-    result = []
-    for e in events:
-        restored = by_location.get(e["new_location"] or "", {})
-        result.append(
-            dg.AssetMaterialization(
-                asset_key=table_key(e["table_name"]),
-                partition=e["hour"],
-                metadata={
-                    **lineage,
-                    "status": "rolled_back" if e["new_location"] else "unpublished",
-                    "rolled_back_release": release,
-                    "release_id": restored.get("release_id") or "",
-                    "shadow_version": restored.get("version") or "",
-                    "row_count": str(restored.get("row_count") or 0),
-                    "checksum": restored.get("checksum") or "",
-                    "code_version": restored.get("code_version") or "",
-                    "previous_location": e["previous_location"] or "",
-                    "new_location": e["new_location"] or "",
-                },
-            )
-        )
-    return result
-
-
-@dg.op(
-    description="Roll back one release in every layer it published, in one transaction.",
-    pool=PUBLISH_POOL,
-)
-def rollback_op(context: dg.OpExecutionContext, config: RollbackConfig, warehouse: Warehouse):
-    spark = warehouse.spark
-    if config.release_id:
-        tags.validate_release_id(config.release_id)
-    manifest = {
-        "reason": config.reason or None,
-        "ticket": config.ticket or None,
-        "requested_by": config.requested_by or tags.requested_by(context.run.tags),
-        "mode": "rollback",
-    }
-    try:
-        release, events = publisher.rollback_release(
-            spark,
-            warehouse.warehouse_dir,
-            list(LAYERS.values()),
-            release_id=config.release_id or None,
-            hour=config.hour or None,
-            layer=config.layer or None,
-            run_id=context.run_id,
-            manifest=manifest,
-        )
-    except publisher.PublishError as exc:
-        raise dg.Failure(description=str(exc), allow_retries=False) from None
-    lineage = {
-        "run_id": context.run_id,
-        "mode": "rollback",
-        "reason": manifest["reason"] or f"rollback of {release}",
-        "requested_by": manifest["requested_by"] or "",
-        "ticket": manifest["ticket"] or "",
-        "backfill_id": release,
-    }
-    for event in rollback_events(spark, release, events, lineage):
-        context.log_event(event)
-    context.log.info(
-        f"rolled back release {release}: {len(events)} partition(s) in "
-        f"{len({e['table_name'] for e in events})} table(s)"
-    )
-
-
-@dg.job(
-    name=ROLLBACK_JOB,
-    description="Roll back a release (every table and hour it published) in one transaction; "
-    "repeated rollbacks of an hour walk back through the ledger's history.",
-    tags={tags.MODE: "rollback"},
-)
-def rollback_release_job():
-    rollback_op()

@@ -15,7 +15,7 @@ from pydantic import Field
 from backfill_assets import tags
 from backfill_assets.layers.registry import LAYERS
 from backfill_assets.publishing import audit, retention
-from backfill_assets.reporting.report import format_bytes
+from backfill_assets.reporting.render import format_bytes
 from backfill_assets.resources.warehouse import Warehouse
 from backfill_assets.tags import PUBLISH_POOL
 from backfill_assets.text import markdown_text

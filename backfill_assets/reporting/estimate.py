@@ -17,7 +17,8 @@ import dagster as dg
 from backfill_assets import tags
 from backfill_assets.backups.inventory import take_inventory
 from backfill_assets.publishing.tables import table_key
-from backfill_assets.reporting.report import format_bytes, runs_of_release
+from backfill_assets.reporting.render import format_bytes
+from backfill_assets.reporting.report import runs_of_release
 from backfill_assets.resources.backup_store import BackupStore
 
 RAW_SHADOW = table_key("shadow.raw_payloads")

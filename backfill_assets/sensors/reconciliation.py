@@ -37,13 +37,9 @@ from backfill_assets.names import Layer
 from backfill_assets.partitions import hour_range
 from backfill_assets.publishing.tables import table_key
 from backfill_assets.resources.backup_store import BackupStore
-from backfill_assets.sensors.findings import (
-    RangeRequest,
-    ReconcileConfig,
-    Reconciliation,
-    digest,
-)
+from backfill_assets.sensors.findings import ReconcileConfig, digest
 from backfill_assets.sensors.orphans import fail_orphaned_runs
+from backfill_assets.sensors.run_requests import RangeRequest, Reconciliation
 from backfill_assets.sensors.state import (
     layer_asset_keys,
     published_from_instance,

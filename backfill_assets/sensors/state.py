@@ -28,14 +28,8 @@ from backfill_assets.partitions import shift_hour as _shift
 from backfill_assets.publishing.publisher import PROVISIONAL
 from backfill_assets.publishing.tables import table_key
 from backfill_assets.resources.backup_store import BackupStore
-from backfill_assets.sensors.findings import (
-    Published,
-    ReconcileConfig,
-    Reconciliation,
-    Window,
-    find,
-    plan,
-)
+from backfill_assets.sensors.findings import Published, ReconcileConfig, Window, find
+from backfill_assets.sensors.run_requests import Reconciliation, plan
 
 if TYPE_CHECKING:
     pass

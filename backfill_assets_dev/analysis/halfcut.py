@@ -22,9 +22,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from backfill_assets.checks.schemas import HOUR_OF
-from backfill_assets.layers.aggregated import (
+from backfill_assets.layers.aggregated import SOURCE_TABLE
+from backfill_assets.layers.sessions import (
     PAYLOAD_COLUMNS,
-    SOURCE_TABLE,
     epoch_hour_of,
     epoch_of,
     hour_of_epoch,

@@ -15,7 +15,7 @@
    published numbers checked against the ground truth.
 
 Dagster does the work: the demo submits the live release through ``dagster-graphql``, runs
-``dagster-daemon`` meanwhile if none serves the instance (``launch.DaemonSupervisor``), and
+``dagster-daemon`` meanwhile if none serves the instance (``daemon.DaemonSupervisor``), and
 for each reconciliation starts the real ``reconciliation_sensor`` (the UI's "start" button,
 through GraphQL), waits for the daemon's tick and resets the sensor to the status its code
 declares. The demo's daemon has the sensor off by default (``BACKFILL_RECONCILE_SENSOR=off``
@@ -50,9 +50,10 @@ from backfill_assets.cli.main import CommandError
 if TYPE_CHECKING:
     import dagster as dg
 
-    from backfill_assets.launch import BackfillOutcome, DaemonSupervisor, RunSummary
+    from backfill_assets.daemon import DaemonSupervisor
+    from backfill_assets.launch import BackfillOutcome, RunSummary
     from backfill_assets.names import Layer
-    from backfill_assets.reporting.report import BackfillReport
+    from backfill_assets.reporting.render import BackfillReport
     from backfill_assets.settings import Settings
     from backfill_assets_dev.expected import Delivery
 
@@ -314,13 +315,13 @@ def run(args: argparse.Namespace) -> int:
         f"{settings.data_root}\n  DAGSTER_HOME {settings.dagster_home}\n  run logs     "
         f"{log_path}"
     )
-    from backfill_assets import launch
+    from backfill_assets import daemon
     from backfill_assets.instance import get_instance
 
     with _quiet(log_path):
         instance = get_instance(settings)
         daemon_log = Path(settings.data_root) / DAEMON_LOG_NAME
-        with launch.DaemonSupervisor(settings, instance, daemon_log) as supervisor:
+        with daemon.DaemonSupervisor(settings, instance, daemon_log) as supervisor:
             code = _demo(settings, log_path, instance, supervisor)
     logging.getLogger("py4j").setLevel(logging.WARNING)  # its goodbye at interpreter exit
     return code

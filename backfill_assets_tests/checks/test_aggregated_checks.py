@@ -15,8 +15,8 @@ from backfill_assets.layers.aggregated import (
     SESSIONS_END_NOT_BEFORE_START,
     SESSIONS_ROW_RULES,
     SESSIONS_START_IN_HOUR,
-    client_hourly,
 )
+from backfill_assets.layers.sessions import client_hourly
 
 H1, H2 = "2026-11-20T05", "2026-11-20T06"
 

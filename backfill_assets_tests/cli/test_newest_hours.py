@@ -19,7 +19,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from backfill_assets import launch
+from backfill_assets import daemon, launch
 from backfill_assets.definitions import build_definitions
 from backfill_assets.partitions import ENV_END, hours_between
 from backfill_assets.publishing.publisher import PROVISIONAL
@@ -128,8 +128,8 @@ def test_the_newest_hours_publish_and_their_provisional_sessions_become_final(
         result = defs.resolve_sensor_def(SENSOR_NAME)(context)
         (repair,) = [b for b in instance.get_backfills() if b.backfill_id not in before]
         assert repair.backfill_id in result.skip_reason.skip_message
-        with launch.DaemonSupervisor(settings, instance, tmp_path / "daemon.log") as daemon:
-            outcome = launch.follow(instance, backfill_id=repair.backfill_id, supervisor=daemon)
+        with daemon.DaemonSupervisor(settings, instance, tmp_path / "daemon.log") as supervisor:
+            outcome = launch.follow(instance, backfill_id=repair.backfill_id, supervisor=supervisor)
         # the sensor left the newest 2 hours (07, 08) to the live pipeline (grace period)
         requested = hours_between("2026-11-20T04", "2026-11-20T06")
         published = latest(instance, table_key("raw.payloads"), LATE)

@@ -22,7 +22,7 @@ from backfill_assets.layers.raw import (
 from backfill_assets.partitions import backup_hour_path, hour_range
 from backfill_assets.publishing import audit, publisher
 from backfill_assets.publishing.tables import partition_locations
-from backfill_assets.resources.io_managers import partition_stats
+from backfill_assets.resources.shadow_stats import partition_stats
 from backfill_assets_dev.generator.truth import read_truth_folders
 
 FIRST, LAST = "2026-11-20T00", "2026-11-20T03"

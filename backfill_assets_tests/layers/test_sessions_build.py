@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 from pyspark.sql import functions as F
 
-from backfill_assets.layers.aggregated import (
+from backfill_assets.layers.sessions import (
     SESSION_COLUMNS,
     SESSION_GAP_MICROS,
     build_sessions,
@@ -163,10 +163,7 @@ def test_distinct_session_hours_keep_the_copy_the_deduplication_keeps(spark):
     the copies (``transformed.deduplicate``) would: deliveries across received hours, a
     later one that orders first (earlier event time, same received_at), exact ties."""
     from backfill_assets.layers import transformed
-    from backfill_assets.layers.aggregated import (
-        assign_distinct_session_hours,
-        assign_session_hours,
-    )
+    from backfill_assets.layers.sessions import assign_distinct_session_hours, assign_session_hours
 
     rows = [
         payload("d1", "a", "2026-11-20T05:00:00", "2026-11-20T04:10:00", kind="click"),
@@ -200,7 +197,7 @@ def test_a_session_takes_its_own_first_row_even_where_that_row_holds_nulls(spark
     """Entry URL and device are those of the session's first payload, also when they are
     null there (as ``min_by`` gives them): never the previous session's; the digest of the
     payload ids is per session."""
-    from backfill_assets.layers.aggregated import sessionize
+    from backfill_assets.layers.sessions import sessionize
 
     rows = [
         payload("p1", "a", "2026-11-20T05:00:00", url="https://a.example/one", device="mobile"),

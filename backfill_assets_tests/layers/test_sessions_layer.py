@@ -24,11 +24,12 @@ from backfill_assets.cli.main import main
 from backfill_assets.definitions import build_definitions
 from backfill_assets.launch import LAYERS, plan_ranges
 from backfill_assets.layers import aggregated, transformed
+from backfill_assets.layers.sessions import CLIENT_HOURLY_COLUMNS
 from backfill_assets.layers.urls import normalize_url
 from backfill_assets.partitions import hour_range, parse_hour, shift_hour
 from backfill_assets.publishing import audit
 from backfill_assets.publishing.tables import partition_locations, published_hours
-from backfill_assets.resources.io_managers import partition_stats
+from backfill_assets.resources.shadow_stats import partition_stats
 from backfill_assets_dev.generator import generate_backups
 from backfill_assets_dev.generator.truth import read_truth_payloads, read_truth_sessions, sessionize
 
@@ -301,7 +302,7 @@ def test_client_hourly_is_the_sums_over_sessions(spark, built: Scenario) -> None
         spark,
         "aggregated.client_hourly",
         "hour",
-        *aggregated.CLIENT_HOURLY_COLUMNS,
+        *CLIENT_HOURLY_COLUMNS,
     )
     assert {(r["hour"], r["client_id"]) for r in rows} == set(by_client)
     for r in rows:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from backfill_assets.reporting.diff import DiffCounts
-from backfill_assets.reporting.report import (
+from backfill_assets.reporting.render import (
     BackfillReport,
     CheckOutcome,
     PartitionRows,

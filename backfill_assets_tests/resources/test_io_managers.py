@@ -8,12 +8,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
 from backfill_assets.publishing.tables import ensure_table
-from backfill_assets.resources.io_managers import (
-    UpstreamView,
-    added_groups,
-    stats_aggregates,
-    stats_of,
-)
+from backfill_assets.resources.io_managers import UpstreamView
+from backfill_assets.resources.shadow_stats import added_groups, stats_aggregates, stats_of
 
 TABLE = "shadow.upstream_probe"
 SCHEMA = StructType([StructField(c, StringType()) for c in ("payload_id", "hour", "version")])

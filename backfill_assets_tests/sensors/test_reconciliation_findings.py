@@ -9,6 +9,7 @@ from backfill_assets.layers.windows import session_hours_touching
 from backfill_assets.names import Layer
 from backfill_assets.partitions import backup_hour_path, hour_range
 from backfill_assets.sensors import findings as F
+from backfill_assets.sensors import run_requests as R
 
 RAW = Layer(
     "raw",
@@ -159,7 +160,7 @@ def test_missing_and_inconsistent_hours_are_reported_for_a_person() -> None:
     assert not any(f.actionable for f in found.values())
     assert "--allow-missing-hours" in found[("2026-11-20T05", F.MISSING_HOUR)].detail
     assert (
-        F.plan(list(found.values()), NAMES, WINDOW, max_hours=48, plan_ranges=plan_ranges).requests
+        R.plan(list(found.values()), NAMES, WINDOW, max_hours=48, plan_ranges=plan_ranges).requests
         == []
     )
 
@@ -200,7 +201,7 @@ def test_requests_cover_the_damaged_hours_and_the_session_hours_around_them() ->
     for hour, client in (("2026-11-20T09", 3), ("2026-11-20T10", 3), ("2026-11-20T16", 4)):
         inv[hour].folders.append(folder(hour, client, {"part-00000.jsonl.zst": 5}))
     found = find(inv, pub)
-    planned = F.plan(found, NAMES, WINDOW, max_hours=48, plan_ranges=plan_ranges)
+    planned = R.plan(found, NAMES, WINDOW, max_hours=48, plan_ranges=plan_ranges)
     assert [(r.layer, r.first, r.last) for r in planned.requests] == [
         ("raw", "2026-11-20T09", "2026-11-20T10"),
         ("raw", "2026-11-20T16", "2026-11-20T16"),
@@ -224,7 +225,7 @@ def test_requests_cover_the_damaged_hours_and_the_session_hours_around_them() ->
 def test_session_ranges_are_clipped_to_the_tree_and_read_outside_hours_as_empty() -> None:
     inv, pub = healthy()
     inv["2026-11-20T01"].folders.append(folder("2026-11-20T01", 3, {"p": 1}))
-    planned = F.plan(find(inv, pub), NAMES, WINDOW, max_hours=48, plan_ranges=plan_ranges)
+    planned = R.plan(find(inv, pub), NAMES, WINDOW, max_hours=48, plan_ranges=plan_ranges)
     sessions = planned.requests[-1]
     assert (sessions.layer, sessions.first, sessions.last) == ("sessions", DAY[0], "2026-11-20T04")
     # the window of session hour 00 reaches back to the previous day, which has no data
@@ -240,10 +241,10 @@ def test_hours_in_flight_or_requested_for_the_same_damage_are_not_requested_agai
     inv, pub = healthy()
     inv["2026-11-20T09"].folders.append(folder("2026-11-20T09", 3, {"p": 5}))
     found = find(inv, pub)
-    first = F.plan(found, NAMES, WINDOW, max_hours=48, plan_ranges=plan_ranges)
+    first = R.plan(found, NAMES, WINDOW, max_hours=48, plan_ranges=plan_ranges)
     assert first.requested_hours == 7
     in_flight = {"raw": {"2026-11-20T09": "release a in flight"}}
-    second = F.plan(
+    second = R.plan(
         found,
         NAMES,
         WINDOW,
@@ -260,7 +261,7 @@ def test_hours_in_flight_or_requested_for_the_same_damage_are_not_requested_agai
     assert second.status("sessions", "2026-11-20T08") == f"not requested: {held}"
     # the damage changes (another manifest lands): requested again
     inv["2026-11-20T09"].folders.append(folder("2026-11-20T09", 4, {"p": 2}))
-    third = F.plan(
+    third = R.plan(
         find(inv, pub),
         NAMES,
         WINDOW,
@@ -276,7 +277,7 @@ def test_the_cap_defers_what_does_not_fit_and_leaves_big_groups_to_a_person() ->
     for hour in ("2026-11-20T02", "2026-11-20T20"):
         inv[hour].folders.append(folder(hour, 3, {"p": 1}))
     found = find(inv, pub)
-    planned = F.plan(found, NAMES, WINDOW, max_hours=7, plan_ranges=plan_ranges)
+    planned = R.plan(found, NAMES, WINDOW, max_hours=7, plan_ranges=plan_ranges)
     assert {(r.layer, r.first) for r in planned.requests} == {
         ("raw", "2026-11-20T02"),
         ("transformed", "2026-11-20T02"),
@@ -285,7 +286,7 @@ def test_the_cap_defers_what_does_not_fit_and_leaves_big_groups_to_a_person() ->
     assert {why for _, why in planned.deferred} == {
         "cap of 7 hours per evaluation reached; next evaluation"
     }
-    too_small = F.plan(found, NAMES, WINDOW, max_hours=3, plan_ranges=plan_ranges)
+    too_small = R.plan(found, NAMES, WINDOW, max_hours=3, plan_ranges=plan_ranges)
     assert too_small.requests == []
     assert all("a person should launch it" in why for _, why in too_small.deferred)
 
