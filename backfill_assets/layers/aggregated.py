@@ -41,9 +41,15 @@ from backfill_assets.layers.common import (
     shadow_out,
     with_lineage,
 )
-from backfill_assets.layers.sessions import (
+from backfill_assets.layers.sessions import (  # noqa: F401  (the layer's names, re-exported)
+    CLIENT_HOURLY,
     CLIENT_HOURLY_COLUMNS,
+    CODE_VERSION,
+    GROUP,
     SESSION_COLUMNS,
+    SESSIONS,
+    SHADOW_CLIENT_HOURLY,
+    SHADOW_SESSIONS,
     client_hourly,
     sessions_of,
     whole_sessions,
@@ -52,17 +58,10 @@ from backfill_assets.layers.windows import LOOKAHEAD_HOURS, LOOKBACK_HOURS, rece
 from backfill_assets.names import AGGREGATED
 from backfill_assets.partitions import hourly_partitions
 from backfill_assets.publishing.publisher import SOURCE_OUTSIDE, provisional_note
-from backfill_assets.publishing.tables import table_key
 from backfill_assets.resources.io_managers import PartialWindow, UpstreamGap, unwrap
 from backfill_assets.resources.launch_form import LaunchForm
 from backfill_assets.resources.shadow_stats import WithRules
 
-CODE_VERSION = AGGREGATED.code_version
-GROUP = "aggregated"
-SHADOW_SESSIONS = table_key("shadow.sessions")
-SHADOW_CLIENT_HOURLY = table_key("shadow.client_hourly")
-SESSIONS = table_key("aggregated.sessions")
-CLIENT_HOURLY = table_key("aggregated.client_hourly")
 SOURCE_TABLE = transformed.TABLE
 
 # Check names (constants: the publisher gates on them, tests and the UI refer to them).
