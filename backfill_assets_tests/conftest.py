@@ -478,14 +478,17 @@ def _start_order(item: pytest.Item) -> int:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """``make test`` runs pytest-xdist workers (``--dist loadgroup``): every test that uses
     the suite's Spark session is in one group, so it runs in one worker and stays ONE
-    session; the others (servers, Dagster daemons, subprocesses, pure Python) are grouped by
-    module (a module's fixtures are set up once) and spread over the other workers, mostly
+    session; the production stack's tests are one group too (one stack of servers); the
+    others (servers, Dagster daemons, subprocesses, pure Python) are grouped by module (a
+    module's fixtures are set up once) and spread over the other workers, mostly
     waiting on processes while the Spark worker computes; the longest start first."""
     if not config.pluginmanager.hasplugin("xdist"):
         return
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()):
             group = "spark"
+        elif "/stack/" in item.nodeid:
+            group = "stack"  # one production stack (its servers are session fixtures)
         else:
             group = item.module.__name__ if isinstance(item, pytest.Function) else "processes"
         item.add_marker(pytest.mark.xdist_group(group))
