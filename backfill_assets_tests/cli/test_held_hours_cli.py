@@ -50,7 +50,7 @@ def queue_single_run(settings: Settings, first: str, last: str) -> str:
         },
     }
     data = launch.graphql(settings, launch._RUN, {"params": params})
-    return launch._outcome(data["launchRun"], "LaunchRunSuccess")["run"]["runId"]
+    return launch.mutation_outcome(data["launchRun"], "LaunchRunSuccess")["run"]["runId"]
 
 
 def test_a_queued_run_holds_until_cancelled_and_a_ui_release_is_refused_at_its_first_step(
