@@ -207,16 +207,16 @@ def run(args: argparse.Namespace) -> int:
         return 0 if ok else 1
 
 
-def _day(args: argparse.Namespace, root: Path) -> bool:
-    """The generated day's releases (alternating with the plain job with ``--compare``)."""
+def generate_tree(root: Path, args: argparse.Namespace, start: str = START):
+    """The benchmark's backup tree under ``root/backups``: about ``args.payloads`` payloads
+    over ``args.hours`` hours and ``args.clients`` clients, deterministic (seed 1)."""
     from backfill_assets_dev.generator import generate_backups
 
     # The generator's default shape yields about one payload per user and hour.
     users = max(1, round(args.payloads / (args.clients * args.hours * 1.04)))
-    started = time.monotonic()
-    summary = generate_backups(
+    return generate_backups(
         root / "backups",
-        start=START,
+        start=start,
         hours=args.hours,
         clients=args.clients,
         users_per_client=users,
@@ -224,6 +224,12 @@ def _day(args: argparse.Namespace, root: Path) -> bool:
         write_truth=False,
         force=True,
     )
+
+
+def _day(args: argparse.Namespace, root: Path) -> bool:
+    """The generated day's releases (alternating with the plain job with ``--compare``)."""
+    started = time.monotonic()
+    summary = generate_tree(root, args)
     generated = time.monotonic() - started
     print(
         f"generate: {summary.payloads:,} payloads, {summary.lines:,} lines, "

@@ -122,19 +122,9 @@ def executor_cpu_seconds(events: Path) -> float:
 
 
 def _generate(root: Path, args: argparse.Namespace):
-    from backfill_assets_dev.generator import generate_backups
+    from backfill_assets_dev.cli.bench import generate_tree
 
-    users = max(1, round(args.payloads / (args.clients * args.hours * 1.04)))
-    return generate_backups(
-        root / "backups",
-        start=START,
-        hours=args.hours,
-        clients=args.clients,
-        users_per_client=users,
-        seed=1,
-        write_truth=False,
-        force=True,
-    )
+    return generate_tree(root, args, start=START)
 
 
 def start_servers(processes: servers.Processes, root: Path, base: dict[str, str]) -> dict:
