@@ -21,6 +21,7 @@ from backfill_assets.text import one_line
 # What the operating system or the JVM said -> the cause in words (the first match wins).
 KNOWN_CAUSES = (
     ("no space left on device", "no space left on device"),
+    ("database or disk is full", "no space left on device"),  # SQLite's SQLITE_FULL
     ("disk quota exceeded", "disk quota exceeded"),
     ("read-only file system", "read-only file system"),
     ("permission denied", "permission denied"),

@@ -119,6 +119,10 @@ def _preflight(args: argparse.Namespace) -> None:
         raise CommandError(str(exc)) from None
 
 
+# Loggers at WARNING unless --verbose (alembic says "Context impl SQLiteImpl" at every start).
+QUIET_LOGGERS = ("alembic", "pandera", "py4j")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
@@ -129,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
     )
+    if not args.verbose:  # the libraries' progress lines are not the operator's
+        for name in QUIET_LOGGERS:
+            logging.getLogger(name).setLevel(logging.WARNING)
     try:
         _preflight(args)
         return int(args.handler(args) or 0)

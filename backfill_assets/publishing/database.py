@@ -21,6 +21,7 @@ holder's connection ends, also when it is killed.
 from __future__ import annotations
 
 import functools
+import os
 import sqlite3
 import threading
 import zlib
@@ -159,8 +160,22 @@ def engine(warehouse_dir: str) -> Engine:
 
 
 def unavailable(url: str, error: BaseException) -> LedgerUnavailable:
+    """The ledger could not be reached or written: the database named (a SQLite file by
+    its path, a server without its password) and the driver's cause."""
     cause = str(getattr(error, "orig", None) or error).strip().splitlines()[0]
-    return LedgerUnavailable(f"ledger database {redacted(url)} unavailable: {cause}")
+    parsed = sa.engine.make_url(url)
+    if parsed.get_backend_name() != "sqlite" or not parsed.database:
+        return LedgerUnavailable(f"ledger database {redacted(url)} unavailable: {cause}")
+    if _full(Path(parsed.database).parent):  # SQLite says "disk I/O error" for a full disk
+        cause = f"no space left on device ({cause})"
+    return LedgerUnavailable(f"ledger database {parsed.database} unavailable: {cause}")
+
+
+def _full(folder: Path) -> bool:
+    try:
+        return os.statvfs(folder).f_bavail == 0
+    except OSError:
+        return False
 
 
 @contextmanager
@@ -223,6 +238,8 @@ def _sqlite_fence(db: Engine, layer: str, timeout: float) -> Iterator[None]:
         try:
             connection.execute("BEGIN EXCLUSIVE")
         except sqlite3.OperationalError as error:
+            if "locked" not in str(error):  # not another holder: the file system's cause
+                raise unavailable(f"sqlite:///{folder / layer}.sqlite", error) from error
             raise FenceTimeout(_timeout_message(layer, timeout)) from error
         yield
     finally:

@@ -13,12 +13,12 @@ import time
 from pathlib import Path
 
 import dagster as dg
-import pyarrow.dataset as ds
 import pytest
 
 from backfill_assets import tags
 from backfill_assets.definitions import build_definitions
 from backfill_assets.instance import get_instance
+from backfill_assets.publishing import audit
 from backfill_assets.publishing.tables import table_key
 from backfill_assets.resources.backup_store import LocalBackupStore
 from backfill_assets.sensors.reconciliation import SENSOR_NAME
@@ -29,14 +29,6 @@ pytestmark = pytest.mark.slow
 
 BIN = Path(sys.executable).parent / "backfill-assets"
 DEADLINE_SECONDS = 600
-
-
-def audit_rows(data_root: Path, name: str) -> list[dict]:
-    """The rows of audit table ``name`` as its Parquet files hold them ([] if none)."""
-    location = data_root / "warehouse" / "audit" / name
-    if not location.exists():
-        return []
-    return ds.dataset(str(location), format="parquet").to_table().to_pylist()
 
 
 def first_run_started(instance: dg.DagsterInstance, reason: str) -> str:
@@ -127,8 +119,8 @@ def test_a_release_cancelled_during_its_first_run_publishes_nothing_and_is_recor
             dg.AssetRecordsFilter(asset_key=table_key(table)), limit=1
         )
         assert page.records == []
-    assert audit_rows(tmp_path / "data", "publications") == []
-    [row] = audit_rows(tmp_path / "data", "cancellations")
+    assert audit.rows(settings.warehouse_dir, audit.PUBLICATIONS) == []
+    [row] = audit.rows(settings.warehouse_dir, audit.CANCELLATIONS)
     assert (row["release_id"], row["cancelled_by"], row["reason"]) == (backfill_id, "alice", "oops")
     assert row["hours"] == "2026-11-20T00..2026-11-20T01"
     report = subprocess.run(

@@ -5,9 +5,11 @@ the path, the published data stays what it was, and once space is freed a retry 
 The releases are of the raw layer only: the shadow write and the publish are the same code
 for every layer, and each downstream layer would add runs, not cases.
 
-The warehouse (``$DATA_ROOT/warehouse``: tables, shadows, ledger) is a small tmpfs mounted
-for the test (root only) and filled by a file; the metastore and the Dagster instance stay
-on the ordinary disk."""
+The warehouse (``$DATA_ROOT/warehouse``: tables and shadows) and the ledger database (a
+SQLite file beside them, as an operator keeping both on one disk has it) are on a small
+tmpfs mounted for the test (root only) and filled by a file: the shadow write fails on the
+tables' files, the publish on the ledger's prepare (its swaps are pointers in the
+metastore). The metastore and the Dagster instance stay on the ordinary disk."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from backfill_assets.layers.registry import LAYERS
+from backfill_assets.settings import LEDGER_URL_ENV
 from backfill_assets_dev.generator import generate_backups
 from backfill_assets_tests.real_backfill import (
     cli,
@@ -93,7 +96,9 @@ def test_a_full_disk_is_named_with_its_path_and_publishes_nothing_until_freed(
     generate_backups(
         backups, start=FIRST, hours=4, clients=2, users_per_client=25, seed=11, workers=1
     )
-    env = cli_env(tmp_path, backups)
+    env = cli_env(
+        tmp_path, backups, **{LEDGER_URL_ENV: f"sqlite:///{small_warehouse}/ledger.sqlite"}
+    )
     with shared_daemon(env, tmp_path / "logs"):
         # hours 00..01 published; a dry run of 02..03 built (shadows written, not published)
         first, dry = cli_together(

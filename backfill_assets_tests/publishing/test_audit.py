@@ -93,5 +93,5 @@ def test_an_unreachable_ledger_database_is_named_in_one_line(tmp_path, monkeypat
     with pytest.raises(database.LedgerUnavailable) as error:
         audit.rows(str(tmp_path / "data" / "warehouse"), audit.PUBLICATIONS)
     assert str(error.value) == (
-        f"ledger database sqlite:///{folder} unavailable: unable to open database file"
+        f"ledger database {folder} unavailable: unable to open database file"
     )

@@ -346,7 +346,7 @@ def test_the_ledger_database_unreachable_mid_publish_leaves_nothing_split(
     assert "\n" not in message
     assert re.fullmatch(
         r"transaction \w+ not committed, its swaps undone \(nothing published\): ledger "
-        rf"database sqlite:///{db} unavailable: unable to open database file",
+        rf"database {db} unavailable: unable to open database file",
         message,
     ), message
     assert set(live(spark).values()) == {"v0"}
