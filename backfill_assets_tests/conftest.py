@@ -464,7 +464,7 @@ def read_tree_lines(root: Path) -> tuple[list[tuple], list[tuple]]:
 
 
 def _start_order(item: pytest.Item) -> int:
-    """Which tests xdist hands out first (``--no-loadscope-reorder``): the Spark group, then
+    """Which tests xdist hands out first (``--no-loadscope-reorder``): the Spark groups, then
     the longest process-bound modules (the stack, the ``slow`` ones), so that none of them
     starts last and runs alone."""
     if "spark" in getattr(item, "fixturenames", ()):
@@ -474,19 +474,30 @@ def _start_order(item: pytest.Item) -> int:
     return 2 if item.get_closest_marker("slow") else 3
 
 
+# The Spark tests in two groups of about equal time (two workers, a Spark session each:
+# one session runs on about one core): the layers' and the few small packages' tests, and
+# the rest (backups, publishing, checks, the console).
+_FIRST_SPARK_GROUP = ("layers", "analysis", "cli", "sensors", "reporting", "resources")
+
+
+def _spark_group(item: pytest.Item) -> str:
+    package = item.nodeid.split("/")[1] if item.nodeid.count("/") > 1 else ""
+    return "spark-1" if package in _FIRST_SPARK_GROUP else "spark-2"
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the marks into groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """``make test`` runs pytest-xdist workers (``--dist loadgroup``): every test that uses
-    the suite's Spark session is in one group, so it runs in one worker and stays ONE
+    """``make test`` runs pytest-xdist workers (``--dist loadgroup``): the tests that use a
+    Spark session are in two groups (``_spark_group``), each run by one worker in ONE
     session; the production stack's tests are one group too (one stack of servers); the
     others (servers, Dagster daemons, subprocesses, pure Python) are grouped by module (a
     module's fixtures are set up once) and spread over the other workers, mostly
-    waiting on processes while the Spark worker computes; the longest start first."""
+    waiting on processes while the Spark workers compute; the longest start first."""
     if not config.pluginmanager.hasplugin("xdist"):
         return
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()):
-            group = "spark"
+            group = _spark_group(item)
         elif "/stack/" in item.nodeid:
             group = "stack"  # one production stack (its servers are session fixtures)
         else:
@@ -498,7 +509,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.hookimpl(trylast=True)
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Fail fast if the groups did not reach pytest-xdist (it names a grouped test
-    ``<id>@<group>``): the Spark tests would spread over both workers, two sessions."""
+    ``<id>@<group>``): the Spark tests would spread over every worker, a session each."""
     if not getattr(session.config.option, "loadgroup", False):  # an xdist worker of it
         return
     ungrouped = [item.nodeid for item in session.items if "@" not in item.nodeid]
