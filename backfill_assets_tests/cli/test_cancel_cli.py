@@ -1,21 +1,22 @@
 """`backfill-assets cancel --backfill ID` stops a release whose first run is in progress.
 
-A real Dagster backfill (the CLI's, with its daemon) is cancelled once its first run has
-started: its runs end cancelled, nothing of it is published and the ledger holds no
+A real Dagster backfill (the CLI's, with its daemon) is cancelled while its first run is
+inside its shadow write (held there by a fault checkpoint, so the run cannot end before the
+cancellation reaches it, whatever the machine's load): its runs end cancelled, nothing of it is published and the ledger holds no
 publication of it, only the cancellation (who, why); the report says so; and the
 reconciliation sensor does not relaunch the same hours for the same damage.
 """
 
 import os
+import select
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import dagster as dg
 import pytest
 
-from backfill_assets import tags
+from backfill_assets import faults, tags
 from backfill_assets.definitions import build_definitions
 from backfill_assets.instance import get_instance
 from backfill_assets.publishing import audit
@@ -31,20 +32,18 @@ BIN = Path(sys.executable).parent / "backfill-assets"
 DEADLINE_SECONDS = 600
 
 
-def first_run_started(instance: dg.DagsterInstance, reason: str) -> str:
-    """The backfill launched with ``reason`` once one of its runs has STARTED (deadline)."""
-    deadline = time.monotonic() + DEADLINE_SECONDS
-    while time.monotonic() < deadline:
-        for backfill in instance.get_backfills():
-            if backfill.tags.get(tags.REASON) != reason:
-                continue
-            runs = instance.get_runs(
-                filters=dg.RunsFilter(tags={tags.DAGSTER_BACKFILL: backfill.backfill_id})
-            )
-            if any(r.status == dg.DagsterRunStatus.STARTED for r in runs):
-                return backfill.backfill_id
-        time.sleep(0.2)
-    raise AssertionError("the release's first run never started")
+def shadow_write_reached(reader: int, release: subprocess.Popen) -> None:
+    """Until the release's first run is inside its shadow write (``faults.checkpoint``
+    writes into the FIFO and holds the run there: no sleeps, no race with its end)."""
+    while not select.select([reader], [], [], 5)[0]:
+        if release.poll() is not None:
+            raise AssertionError(f"the release ended first: {release.stdout.read()[-3000:]}")
+    assert os.read(reader, 4096).decode().startswith(faults.SHADOW_WRITE)
+
+
+def backfill_with_reason(instance: dg.DagsterInstance, reason: str) -> str:
+    [found] = [b.backfill_id for b in instance.get_backfills() if b.tags.get(tags.REASON) == reason]
+    return found
 
 
 def tick(settings: Settings, instance: dg.DagsterInstance, cursor: str | None):
@@ -83,17 +82,33 @@ def test_a_release_cancelled_during_its_first_run_publishes_nothing_and_is_recor
     settings = Settings.from_env()
     command = ["backfill", "--from", "2026-11-20T00", "--to", "2026-11-20T01"]
     command += ["--layers", "raw", "--no-downstream", "--reason", "to cancel"]
+    # the first run stops inside its shadow write until it is cancelled
+    fifo = tmp_path / "pause.fifo"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    keeper = os.open(fifo, os.O_WRONLY)  # no end of file before the run writes
+    pause = {
+        "BACKFILL_ASSETS_PAUSE_AT": faults.SHADOW_WRITE,
+        "BACKFILL_ASSETS_PAUSE_FIFO": str(fifo),
+    }
     release = subprocess.Popen(
         [str(BIN), *command],
-        env=env,
+        env={**env, **pause},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
     )
     try:
+        shadow_write_reached(reader, release)
         instance = get_instance(settings)
-        backfill_id = first_run_started(instance, "to cancel")
+        backfill_id = backfill_with_reason(instance, "to cancel")
+        assert any(
+            r.status == dg.DagsterRunStatus.STARTED
+            for r in instance.get_runs(
+                filters=dg.RunsFilter(tags={tags.DAGSTER_BACKFILL: backfill_id})
+            )
+        )
         cancel = subprocess.run(
             [str(BIN), "cancel", "--backfill", backfill_id, "--by", "alice", "--reason", "oops"],
             env=env,
@@ -106,6 +121,8 @@ def test_a_release_cancelled_during_its_first_run_publishes_nothing_and_is_recor
         if release.poll() is None:
             os.killpg(release.pid, 9)
             release.wait()
+        os.close(reader)
+        os.close(keeper)
     assert cancel.returncode == 0, cancel.stdout[-3000:] + cancel.stderr[-3000:]
     assert f"release {backfill_id} cancelled by alice" in cancel.stdout
     assert release.returncode == 1 and f"backfill {backfill_id}: canceled" in output, output
