@@ -55,12 +55,12 @@ demo: install check-java jvm-archive
 	$(BIN)/backfill-assets demo
 
 # The whole suite, the production stack (backfill_assets_tests/stack) and the browser tests
-# (backfill_assets_tests/ui) included, in five pytest-xdist workers: the tests that use a
+# (backfill_assets_tests/ui) included, in six pytest-xdist workers: the tests that use a
 # Spark session in two (a session each, about one core each), the server- and process-bound
 # ones (mostly waiting on daemons and run processes) spread over the others, a module at a
 # time, the longest first (backfill_assets_tests/conftest.py). TEST_WORKERS=0 runs
 # everything in one process.
-TEST_WORKERS ?= 5
+TEST_WORKERS ?= 6
 test: install check-java stack-deps browser-deps jvm-archive
 	$(BIN)/python -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder) $(PYTEST_ARGS)
 

@@ -475,9 +475,9 @@ def _start_order(item: pytest.Item) -> int:
 
 
 # The Spark tests in two groups of about equal time (two workers, a Spark session each:
-# one session runs on about one core): the layers' and the few small packages' tests, and
-# the rest (backups, publishing, checks, the console).
-_FIRST_SPARK_GROUP = ("layers", "analysis", "cli", "sensors", "reporting", "resources")
+# one session runs on about one core): the layers', the checks' and the small packages'
+# tests, and the rest (backups, publishing, the console).
+_FIRST_SPARK_GROUP = ("layers", "checks", "analysis", "cli", "sensors", "reporting", "resources")
 
 
 def _spark_group(item: pytest.Item) -> str:

@@ -20,6 +20,9 @@ import dagster as dg
 
 from backfill_assets import launch
 from backfill_assets.instance import prepare_dagster_home
+from backfill_assets.publishing.publisher import PROVISIONAL
+from backfill_assets.publishing.tables import table_key
+from backfill_assets.sensors.state import metadata_value
 from backfill_assets.settings import PROJECT_ROOT, Settings
 from backfill_assets_tests.stack.servers import Processes
 
@@ -145,3 +148,32 @@ print(json.dumps(state))
     import json
 
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def latest(instance: dg.DagsterInstance, key: dg.AssetKey, hours: list[str]) -> dict[str, dict]:
+    """hour -> metadata of the latest materialization of ``key`` there (published hours)."""
+    found = {}
+    for hour in hours:
+        result = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=key, asset_partitions=[hour]), limit=1
+        )
+        if result.records:
+            found[hour] = result.records[0].asset_materialization.metadata
+    return found
+
+
+def provisional(instance: dg.DagsterInstance, hours: list[str]) -> dict[str, str]:
+    """Published session hour -> its provisional note ("" once final)."""
+    return {
+        h: str(metadata_value(meta, PROVISIONAL) or "")
+        for h, meta in latest(instance, table_key("aggregated.sessions"), hours).items()
+    }
+
+
+def backfill_id_of(done: subprocess.CompletedProcess) -> str:
+    """The release id a ``backfill`` or ``publish`` command printed ("submitted ... ID:")."""
+    return next(
+        line.split(":")[0].split()[-1]
+        for line in done.stdout.splitlines()
+        if line.startswith("submitted ")
+    )

@@ -2,9 +2,10 @@
 
 A real Dagster backfill (the CLI's, with its daemon) is cancelled while its first run is
 inside its shadow write (held there by a fault checkpoint, so the run cannot end before the
-cancellation reaches it, whatever the machine's load): its runs end cancelled, nothing of it is published and the ledger holds no
-publication of it, only the cancellation (who, why); the report says so; and the
-reconciliation sensor does not relaunch the same hours for the same damage.
+cancellation reaches it, whatever the machine's load): its runs end cancelled, nothing of it
+is published and the ledger holds no publication of it, only the cancellation (who, why);
+the report says so; and the reconciliation sensor does not relaunch the same hours for the
+same damage.
 """
 
 import os

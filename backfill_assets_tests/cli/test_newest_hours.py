@@ -6,14 +6,12 @@ Session hours whose window reaches past the newest backup hour are built from wh
 and published *provisional* (the metadata and the report say so); once the later hours land,
 the sensor's release rebuilds them and they become final. A session hour whose window reads
 an hour that has backups but is not published (the newest hours, left to the live pipeline
-by the sensor's grace period) is held back, naming that hour; the rest publishes. Last, an
-operator repairs those newest hours with a dry run and its `publish`: the same treatment, and
-the held-back hour becomes final.
+by the sensor's grace period) is held back, naming that hour; the rest publishes. The same
+treatment through a dry run and its `publish`: test_newest_hours_dry_run.py (a module of its
+own, so that the two run side by side).
 """
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import dagster as dg
@@ -22,56 +20,20 @@ import pytest
 from backfill_assets import daemon, launch
 from backfill_assets.definitions import build_definitions
 from backfill_assets.partitions import ENV_END, hours_between
-from backfill_assets.publishing.publisher import PROVISIONAL
 from backfill_assets.publishing.tables import table_key
 from backfill_assets.resources.backup_store import LocalBackupStore
 from backfill_assets.sensors.reconciliation import SENSOR_NAME
-from backfill_assets.sensors.state import metadata_value
 from backfill_assets.settings import Settings
 from backfill_assets_dev.generator import generate_backups, land_held_back
+from backfill_assets_tests.real_backfill import backfill_id_of, cli, latest, provisional
 
 pytestmark = pytest.mark.slow
 
-BIN = Path(sys.executable).parent / "backfill-assets"
 FIRST, NEWEST = "2026-11-20T00", "2026-11-20T03"
 LATE = hours_between("2026-11-20T04", "2026-11-20T08")  # the backup tool's outage
-SESSIONS = table_key("aggregated.sessions")
 
 
-def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(BIN), *args], env=env, capture_output=True, text=True, timeout=1200, check=False
-    )
-
-
-def latest(instance: dg.DagsterInstance, key: dg.AssetKey, hours: list[str]) -> dict[str, dict]:
-    """hour -> metadata of the latest materialization of ``key`` there."""
-    found = {}
-    for hour in hours:
-        result = instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=key, asset_partitions=[hour]), limit=1
-        )
-        if result.records:
-            found[hour] = result.records[0].asset_materialization.metadata
-    return found
-
-
-def backfill_id_of(done: subprocess.CompletedProcess) -> str:
-    return next(
-        line.split(":")[0].split()[-1]
-        for line in done.stdout.splitlines()
-        if line.startswith("submitted ")
-    )
-
-
-def provisional(instance: dg.DagsterInstance, hours: list[str]) -> dict[str, str]:
-    return {
-        h: str(metadata_value(meta, PROVISIONAL) or "")
-        for h, meta in latest(instance, SESSIONS, hours).items()
-    }
-
-
-def test_the_newest_hours_publish_and_their_provisional_sessions_become_final(
+def test_the_newest_hours_publish_and_the_sensor_makes_their_provisional_sessions_final(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     backups, home = tmp_path / "backups", tmp_path / "home"
@@ -142,22 +104,3 @@ def test_the_newest_hours_publish_and_their_provisional_sessions_become_final(
         held = [f for r in outcome.runs for f in r.failures if "held back" in f]
         assert any("2026-11-20T04" in f and "2026-11-20T07" in f for f in held), held
         assert "2026-11-20T07" in notes["2026-11-20T04"]  # still the first, provisional build
-
-    # the newest hours, as an operator repairs them: a dry run, then its publish
-    newest = hours_between("2026-11-20T07", "2026-11-20T08")
-    dry = cli(env, "backfill", "--from", newest[0], "--to", newest[-1], "--dry-run")
-    assert dry.returncode == 0, dry.stdout[-4000:] + dry.stderr[-4000:]
-    with dg.DagsterInstance.from_config(str(home)) as instance:
-        assert latest(instance, table_key("raw.payloads"), newest) == {}  # built, not published
-    dry_id = backfill_id_of(dry)
-    published = cli(env, "publish", "--backfill", dry_id)
-    assert published.returncode == 0, published.stdout[-4000:] + published.stderr[-4000:]
-    with dg.DagsterInstance.from_config(str(home)) as instance:
-        for table in ("raw.payloads", "transformed.payloads"):
-            assert sorted(latest(instance, table_key(table), newest)) == newest, table
-        notes = provisional(instance, hours_between("2026-11-20T04", "2026-11-20T11"))
-    # 04 (held back above) and 05 read up to 08: final now; 06..11 reach past 08
-    assert notes["2026-11-20T04"] == notes["2026-11-20T05"] == "", notes
-    assert all("2026-11-20T09" in notes[h] for h in hours_between("2026-11-20T06", "2026-11-20T11"))
-    report = cli(env, "report", "--backfill", dry_id)
-    assert "provisional: aggregated 2026-11-20T06..2026-11-20T11" in report.stdout, report.stdout

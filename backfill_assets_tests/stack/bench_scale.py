@@ -130,7 +130,8 @@ def _generate(root: Path, args: argparse.Namespace):
 def start_servers(processes: servers.Processes, root: Path, base: dict[str, str]) -> dict:
     """Every server of the benchmark; returns per storage its environment's parts."""
     logs = root / "logs"
-    databases = [f"{kind}_{storage}" for kind in ("dagster", "metastore") for storage in STORAGES]
+    kinds = ("dagster", "metastore", "ledger")
+    databases = [f"{kind}_{storage}" for kind in kinds for storage in STORAGES]
     postgres = servers.start_postgres(processes, logs, databases)
     s3 = servers.start_s3(processes, logs, {**os.environ, **AWS})
     client = servers.s3_client(s3, AWS)
@@ -168,6 +169,7 @@ def start_servers(processes: servers.Processes, root: Path, base: dict[str, str]
         env.update(
             DAGSTER_HOME=str(home),
             DAGSTER_POSTGRES_URL=f"{postgres}/dagster_{storage}",
+            BACKFILL_LEDGER_URL=f"{postgres}/ledger_{storage}",  # as in production
             BACKFILL_PARTITIONS_START=START,
             BACKFILL_RECONCILE_SENSOR="off",
         )
