@@ -49,16 +49,10 @@ CLIENT_HOURLY_COLUMNS = [
     "p95_duration_seconds",
     "truncated_sessions",
 ]
-# What sessionizing reads of a transformed payload.
+# What sessionizing reads of a transformed payload: its columns but the referrer and the
+# schema version, and its hour.
 PAYLOAD_COLUMNS = [
-    "payload_id",
-    "client_id",
-    "user_id",
-    "event_time",
-    "received_at",
-    "event_type",
-    "page_url",
-    "device",
+    *(c for c in transformed.PAYLOAD_COLUMNS if c not in ("referrer", "schema_version")),
     "hour",
 ]
 
