@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
@@ -389,28 +390,50 @@ def zst(lines: list[bytes | str]) -> bytes:
     return zstandard.ZstdCompressor().compress(raw)
 
 
+@contextmanager
+def fault_pause(fifo: Path, pause_at: str, *, arm: bool = True) -> Iterator[tuple[dict, Callable]]:
+    """The FIFO a process writes ``pause_at`` into when it reaches that fault point and
+    stops there (``faults.checkpoint``: no sleeps). Yields the environment to give the
+    process (``arm``: with the pause set, else the process arms it itself) and
+    ``reached(process, describe)``, which returns once the point is reached, or fails with
+    ``describe()`` if the process exits first."""
+    import os
+    import select
+
+    fifo.unlink(missing_ok=True)
+    os.mkfifo(fifo)
+    env = {"BACKFILL_ASSETS_PAUSE_FIFO": str(fifo)}
+    if arm:
+        env["BACKFILL_ASSETS_PAUSE_AT"] = pause_at
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    keeper = os.open(fifo, os.O_WRONLY)  # no end of file before the process writes
+
+    def reached(process, describe: Callable[[], str]) -> None:
+        while not select.select([reader], [], [], 5)[0]:
+            if process.poll() is not None:
+                raise AssertionError(describe())
+        assert os.read(reader, 4096).decode().startswith(pause_at)  # one or more writers
+
+    try:
+        yield env, reached
+    finally:
+        os.close(reader)
+        os.close(keeper)
+
+
 def kill_at_fault(
     command: list[str], env: dict[str, str], fifo: Path, pause_at: str, *, arm: bool = True
 ) -> int:
     """Start ``command`` in a process group of its own, wait until it reaches the fault
-    point ``pause_at`` (``faults.checkpoint`` writes its name into ``fifo``: no sleeps), then
-    SIGKILL the group. ``arm``: set the pause in its environment (else the process arms it
-    itself, once it is ready). Fails, with its stderr, if it exits before the point.
-    Returns its pid."""
+    point ``pause_at`` (``fault_pause``), then SIGKILL the group. ``arm``: set the pause in
+    its environment (else the process arms it itself, once it is ready). Fails, with its
+    stderr, if it exits before the point. Returns its pid."""
     import os
-    import select
     import signal
     import subprocess
 
-    fifo.unlink(missing_ok=True)
-    os.mkfifo(fifo)
-    pause = {"BACKFILL_ASSETS_PAUSE_FIFO": str(fifo)}
-    if arm:
-        pause["BACKFILL_ASSETS_PAUSE_AT"] = pause_at
     errors = fifo.with_suffix(".stderr")
-    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
-    keeper = os.open(fifo, os.O_WRONLY)  # no end of file before the process writes
-    with open(errors, "w") as stderr:
+    with fault_pause(fifo, pause_at, arm=arm) as (pause, reached), open(errors, "w") as stderr:
         process = subprocess.Popen(
             command,
             env={**env, **pause},
@@ -418,19 +441,17 @@ def kill_at_fault(
             stderr=stderr,
             start_new_session=True,
         )
-    try:
-        while not select.select([reader], [], [], 5)[0]:
-            if process.poll() is not None:
-                raise AssertionError(
+        try:
+            reached(
+                process,
+                lambda: (
                     f"exited with {process.returncode} before {pause_at}: "
                     f"{errors.read_text()[-3000:]}"
-                )
-        assert os.read(reader, 4096).decode().startswith(pause_at)  # one or more writers
-    finally:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=60)
-        os.close(reader)
-        os.close(keeper)
+                ),
+            )
+        finally:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=60)
     assert process.returncode == -signal.SIGKILL
     return process.pid
 

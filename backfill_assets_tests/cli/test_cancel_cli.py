@@ -9,7 +9,6 @@ same damage.
 """
 
 import os
-import select
 import subprocess
 import sys
 from pathlib import Path
@@ -26,20 +25,12 @@ from backfill_assets.resources.backup_store import LocalBackupStore
 from backfill_assets.sensors.reconciliation import SENSOR_NAME
 from backfill_assets.settings import Settings
 from backfill_assets_dev.generator import generate_backups
+from backfill_assets_tests.conftest import fault_pause
 
 pytestmark = pytest.mark.slow
 
 BIN = Path(sys.executable).parent / "backfill-assets"
 DEADLINE_SECONDS = 600
-
-
-def shadow_write_reached(reader: int, release: subprocess.Popen) -> None:
-    """Until the release's first run is inside its shadow write (``faults.checkpoint``
-    writes into the FIFO and holds the run there: no sleeps, no race with its end)."""
-    while not select.select([reader], [], [], 5)[0]:
-        if release.poll() is not None:
-            raise AssertionError(f"the release ended first: {release.stdout.read()[-3000:]}")
-    assert os.read(reader, 4096).decode().startswith(faults.SHADOW_WRITE)
 
 
 def backfill_with_reason(instance: dg.DagsterInstance, reason: str) -> str:
@@ -84,46 +75,46 @@ def test_a_release_cancelled_during_its_first_run_publishes_nothing_and_is_recor
     command = ["backfill", "--from", "2026-11-20T00", "--to", "2026-11-20T01"]
     command += ["--layers", "raw", "--no-downstream", "--reason", "to cancel"]
     # the first run stops inside its shadow write until it is cancelled
-    fifo = tmp_path / "pause.fifo"
-    os.mkfifo(fifo)
-    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
-    keeper = os.open(fifo, os.O_WRONLY)  # no end of file before the run writes
-    pause = {
-        "BACKFILL_ASSETS_PAUSE_AT": faults.SHADOW_WRITE,
-        "BACKFILL_ASSETS_PAUSE_FIFO": str(fifo),
-    }
-    release = subprocess.Popen(
-        [str(BIN), *command],
-        env={**env, **pause},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        shadow_write_reached(reader, release)
-        instance = get_instance(settings)
-        backfill_id = backfill_with_reason(instance, "to cancel")
-        assert any(
-            r.status == dg.DagsterRunStatus.STARTED
-            for r in instance.get_runs(
-                filters=dg.RunsFilter(tags={tags.DAGSTER_BACKFILL: backfill_id})
-            )
-        )
-        cancel = subprocess.run(
-            [str(BIN), "cancel", "--backfill", backfill_id, "--by", "alice", "--reason", "oops"],
-            env=env,
-            capture_output=True,
+    with fault_pause(tmp_path / "pause.fifo", faults.SHADOW_WRITE) as (pause, reached):
+        release = subprocess.Popen(
+            [str(BIN), *command],
+            env={**env, **pause},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
             text=True,
-            timeout=DEADLINE_SECONDS,
+            start_new_session=True,
         )
-        output = release.communicate(timeout=DEADLINE_SECONDS)[0]
-    finally:
-        if release.poll() is None:
-            os.killpg(release.pid, 9)
-            release.wait()
-        os.close(reader)
-        os.close(keeper)
+        try:
+            reached(release, lambda: f"the release ended first: {release.stdout.read()[-3000:]}")
+            instance = get_instance(settings)
+            backfill_id = backfill_with_reason(instance, "to cancel")
+            assert any(
+                r.status == dg.DagsterRunStatus.STARTED
+                for r in instance.get_runs(
+                    filters=dg.RunsFilter(tags={tags.DAGSTER_BACKFILL: backfill_id})
+                )
+            )
+            cancel = subprocess.run(
+                [
+                    str(BIN),
+                    "cancel",
+                    "--backfill",
+                    backfill_id,
+                    "--by",
+                    "alice",
+                    "--reason",
+                    "oops",
+                ],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=DEADLINE_SECONDS,
+            )
+            output = release.communicate(timeout=DEADLINE_SECONDS)[0]
+        finally:
+            if release.poll() is None:
+                os.killpg(release.pid, 9)
+                release.wait()
     assert cancel.returncode == 0, cancel.stdout[-3000:] + cancel.stderr[-3000:]
     assert f"release {backfill_id} cancelled by alice" in cancel.stdout
     assert release.returncode == 1 and f"backfill {backfill_id}: canceled" in output, output
