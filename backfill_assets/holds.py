@@ -26,6 +26,7 @@ import dagster as dg
 
 from backfill_assets import tags
 from backfill_assets.launch import IN_FLIGHT as RUN_IN_FLIGHT
+from backfill_assets.launch import PUBLISH_KEY
 from backfill_assets.partitions import InvalidHourError, parse_hour
 
 BACKFILL_IN_FLIGHT = ("REQUESTED", "CANCELING", "FAILING")
@@ -76,11 +77,24 @@ def _hour_keys(keys: Iterable[str | None]) -> set[str]:
 
 
 def backfill_hours(backfill) -> set[str]:
-    """Every hour partition a Dagster asset backfill targets, any asset."""
+    """Every hour partition a Dagster asset backfill rebuilds, any layer (the publish
+    step's hours are those of the layers it publishes, or of the session window around
+    them: it rebuilds none)."""
     data = getattr(backfill, "asset_backfill_data", None)
     if data is None:
         return _hour_keys(getattr(backfill, "partition_names", None) or [])
-    return _hour_keys(p.partition_key for p in data.target_subset.iterate_asset_partitions())
+    return _hour_keys(
+        p.partition_key
+        for p in data.target_subset.iterate_asset_partitions()
+        if p.asset_key != PUBLISH_KEY
+    )
+
+
+def run_hours(run: dg.DagsterRun) -> frozenset[str]:
+    """The hours a run rebuilds: its partition range, none for a publish step alone."""
+    if set(run.asset_selection or ()) <= {PUBLISH_KEY} and run.asset_selection:
+        return frozenset()
+    return frozenset(tags.partition_range(run.tags))
 
 
 def in_flight(instance: dg.DagsterInstance) -> list[Release]:
@@ -105,7 +119,7 @@ def in_flight(instance: dg.DagsterInstance) -> list[Release]:
     for record in records:
         run = record.dagster_run
         release = tags.release_id(run.tags, run.run_id)
-        hours = frozenset(tags.partition_range(run.tags))
+        hours = run_hours(run)
         running = run.status in RUN_RUNNING
         known = found.get(release)
         if known is None:

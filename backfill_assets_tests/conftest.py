@@ -206,24 +206,32 @@ class ReleaseResult:
         return next(r for r in self.runs if asset in r.assets)
 
 
-Stage = tuple[list[str], str | None, str | None]  # (layers, first, last); [] = publish
+Stage = tuple[list[str], str, str]  # (layers, first, last); the layer PUBLISH: the publish step
+PUBLISH = "publish"
 
 
 def release_stages(layers: list[str], first: str, last: str, publish: bool) -> list[Stage]:
     """The runs Dagster's backfill daemon makes of a release, in order: the received-hour
     layers over ``first..last`` in one run, the session layer over the session hours their
-    windows touch (or ``first..last`` when it is the root), then the publish step."""
+    windows touch (or ``first..last`` when it is the root) in the same run when those are
+    the same hours, else in a second one; the publish step in the last run (its hours)."""
     from backfill_assets.layers.windows import session_hours_touching
 
     received = [layer for layer in layers if layer in launch.RECEIVED_HOUR_LAYERS]
+    session_span = session_hours_touching(first, last) if received else (first, last)
     stages: list[Stage] = []
     if received:
         stages.append((received, first, last))
     if "aggregated" in layers:
-        span = session_hours_touching(first, last) if received else (first, last)
-        stages.append((["aggregated"], *span))
-    if publish:
-        stages.append(([], None, None))
+        if stages and session_span == (first, last):
+            stages[0][0].append("aggregated")
+        else:
+            stages.append((["aggregated"], *session_span))
+    if publish:  # the publish step's hours are the session hours (``publish_deps``)
+        if (stages[-1][1], stages[-1][2]) == session_span:
+            stages[-1][0].append(PUBLISH)
+        else:
+            stages.append(([PUBLISH], *session_span))
     return stages
 
 
@@ -245,20 +253,23 @@ def execute_stages(
     job = defs.resolve_implicit_global_asset_job_def()
     summaries: list[launch.RunSummary] = []
     for stage_layers, first, last in stages:
-        keys = (
-            [k for layer in stage_layers for k in launch.layer_keys(defs, layer)]
-            if stage_layers
-            else [launch.PUBLISH_KEY]
-        )
-        stage_tags = {**run_tags, tags.RELEASE: release_id}
-        if first is not None:
-            stage_tags["dagster/asset_partition_range_start"] = first
-            stage_tags["dagster/asset_partition_range_end"] = last
+        keys = [
+            k for layer in stage_layers if layer != PUBLISH for k in launch.layer_keys(defs, layer)
+        ]
+        publishes = PUBLISH in stage_layers
+        if publishes:
+            keys.append(launch.PUBLISH_KEY)
+        stage_tags = {
+            **run_tags,
+            tags.RELEASE: release_id,
+            "dagster/asset_partition_range_start": first,
+            "dagster/asset_partition_range_end": last,
+        }
         result = job.execute_in_process(
             instance=instance,
             asset_selection=keys,
             tags=stage_tags,
-            run_config=dict(run_config) if run_config and not stage_layers else None,
+            run_config=dict(run_config) if run_config and publishes else None,
             raise_on_error=False,
         )
         summary = launch.summarize_run(instance, instance.get_run_by_id(result.run_id))
@@ -292,7 +303,7 @@ def execute_release(
     run_tags = launch.request_tags(dry_run=not publish, extra=extra_tags)
     config = None
     if publish_only:  # publish an earlier (dry-run) release without rebuilding it
-        stages = [([], None, None)]
+        stages = [([PUBLISH], first, last)]
         run_tags[tags.MODE] = "publish"
         config = {
             "ops": {

@@ -15,6 +15,7 @@ from backfill_assets.partitions import hourly_partitions
 from backfill_assets.publishing.assets import PUBLISH
 from backfill_assets.publishing.vacuum import SCHEDULE_ENV, VACUUM_JOB, VACUUM_SCHEDULE
 from backfill_assets.settings import PROJECT_ROOT
+from backfill_assets.tags import PUBLISH_POOL
 
 
 def test_one_entry_point_named_in_workspace_and_pyproject():
@@ -28,7 +29,9 @@ def test_one_entry_point_named_in_workspace_and_pyproject():
 def test_every_asset_is_hourly_single_run_described_and_versioned(base_settings):
     """Shadows (what a release builds) are hourly, one run per range, versioned; the
     published tables are specs no run computes (changed only by publish and rollback);
-    ``release/publish`` is one unpartitioned step per release, in the publish pool."""
+    ``release/publish`` is hourly and one run per range too, in the publish pool, its
+    parents the shadows: the session layer's hour for hour, the received-hour layers'
+    through the session window (so Dagster runs it in the session layer's run)."""
     defs = build_definitions(base_settings)
     dg.Definitions.validate_loadable(defs)
     graph = defs.resolve_asset_graph()
@@ -37,7 +40,9 @@ def test_every_asset_is_hourly_single_run_described_and_versioned(base_settings)
         node = graph.get(key)
         assert node.description, key
         if key == PUBLISH:
-            assert node.partitions_def is None and node.group_name == "release"
+            assert node.partitions_def == hourly_partitions and node.group_name == "release"
+            assert node.backfill_policy == dg.BackfillPolicy.single_run()
+            assert node.pools == {PUBLISH_POOL}
             assert node.is_materializable
             continue
         assert node.partitions_def == hourly_partitions, key
@@ -52,6 +57,18 @@ def test_every_asset_is_hourly_single_run_described_and_versioned(base_settings)
             assert not node.is_materializable, key  # only publish/rollback change them
     assert len(shadows) == len(published) == 5
     assert set(graph.get(PUBLISH).parent_keys) == set(shadows)
+    sessions = dg.AssetKey(["shadow", "sessions_candidate"])
+    window = graph.get_partition_mapping(
+        sessions, dg.AssetKey(["shadow", "transformed_payloads_candidate"])
+    )
+    for shadow in shadows:
+        mapping = graph.get_partition_mapping(PUBLISH, shadow)
+        if graph.get(shadow).group_name == "aggregated":  # hour for hour
+            assert isinstance(mapping, dg.IdentityPartitionMapping | type(None)) or (
+                mapping.start_offset == mapping.end_offset == 0
+            ), shadow
+        else:
+            assert mapping == window, shadow
     checks = {k: graph.get_check_spec(k) for k in graph.asset_check_keys}
     # every check is evaluated per hour (one result per partition in the UI)
     assert all(spec.partitions_def == hourly_partitions for spec in checks.values())

@@ -10,7 +10,6 @@ summary, and runs ``dagster-daemon`` meanwhile if no daemon serves the instance.
 from __future__ import annotations
 
 import argparse
-import os
 
 from backfill_assets.cli.main import CommandError
 from backfill_assets.settings import max_range_hours
@@ -132,24 +131,46 @@ def _show(run) -> None:
         print(f"    failure: {failure}")
 
 
-def _follow(
-    settings, instance, label: str, *, backfill_id=None, run_id=None, report_id=None
-) -> int:
-    """Follow a backfill (or run) to its end; ``report_id``: the release its report is of
-    (a publish's own backfill holds only the release gates: report the release it published)."""
-    from backfill_assets import daemon, launch
-
-    log_file = os.path.join(settings.dagster_home, "logs", "daemon.log")
+def supervisor_of(settings, instance):
+    """The daemon supervisor of a command (``daemon.DaemonSupervisor``): its daemon's and code
+    server's output go to ``$DAGSTER_HOME/logs/daemon.log``."""
     from pathlib import Path
 
-    with daemon.DaemonSupervisor(settings, instance, Path(log_file)) as supervisor:
-        outcome = launch.follow(
-            instance,
-            backfill_id=backfill_id,
-            run_id=run_id,
-            supervisor=supervisor,
-            on_run=_show,
-        )
+    from backfill_assets import daemon
+
+    log_file = Path(settings.dagster_home) / "logs" / "daemon.log"
+    return daemon.DaemonSupervisor(settings, instance, log_file)
+
+
+def _follow(
+    settings,
+    instance,
+    label: str,
+    *,
+    backfill_id=None,
+    run_id=None,
+    report_id=None,
+    supervisor=None,
+) -> int:
+    """Follow a backfill (or run) to its end, through ``supervisor`` (a new one if None);
+    ``report_id``: the release its report is of (a publish's own backfill holds only the
+    release gates: report the release it published)."""
+    from backfill_assets import launch
+
+    if supervisor is None:
+        with supervisor_of(settings, instance) as own:
+            return _follow(
+                settings,
+                instance,
+                label,
+                backfill_id=backfill_id,
+                run_id=run_id,
+                report_id=report_id,
+                supervisor=own,
+            )
+    outcome = launch.follow(
+        instance, backfill_id=backfill_id, run_id=run_id, supervisor=supervisor, on_run=_show
+    )
     failed = [r for r in outcome.runs if not r.success]
     print(
         f"{label} {outcome.backfill_id}: {outcome.status.lower()}, "
@@ -179,12 +200,20 @@ def run_job(
     from backfill_assets import launch
 
     settings, _defs, instance = _context(args)
-    try:
-        run_id = launch.submit_run(settings, job, {"ops": {op: {"config": config}}}, run_tags)
-    except launch.LaunchError as exc:
-        raise CommandError(str(exc)) from None
-    print(f"submitted {label} run {run_id}{note}")
-    status = _follow(settings, instance, label, run_id=run_id)
+    with supervisor_of(settings, instance) as supervisor:
+        supervisor.prepare()
+        try:
+            run_id = launch.submit_run(
+                settings,
+                job,
+                {"ops": {op: {"config": config}}},
+                run_tags,
+                workspace=supervisor.workspace(),
+            )
+        except launch.LaunchError as exc:
+            raise CommandError(str(exc)) from None
+        print(f"submitted {label} run {run_id}{note}")
+        status = _follow(settings, instance, label, run_id=run_id, supervisor=supervisor)
     for message in launch.run_messages(instance, run_id, op):
         print(f"    {message}")
     return status
@@ -241,16 +270,24 @@ def refuse_if_held(
 
 
 def run_backfill(args: argparse.Namespace) -> int:
+    hours, layers = validate_backfill(args)
+    settings, defs, instance = _context(args)
+    with supervisor_of(settings, instance) as supervisor:
+        if not args.no_wait:
+            supervisor.prepare()  # the code server loads while the release is planned
+        return _run_backfill(args, hours, layers, (settings, defs, instance), supervisor)
+
+
+def _run_backfill(args, hours: list[str], layers: list[str], context, supervisor) -> int:
     from backfill_assets import launch, tags
     from backfill_assets.text import one_line
 
-    hours, layers = validate_backfill(args)
+    settings, defs, instance = context
     extra = {}
     if args.allow_missing_hours:
         extra[tags.ALLOW_MISSING_HOURS] = "true"
     if args.approve_changes:
         extra[tags.APPROVE_CHANGES] = "true"
-    settings, defs, instance = _context(args)
     if "raw" in layers:  # the release reads backups: how long should it take?
         from backfill_assets.reporting.estimate import estimate
         from backfill_assets.resources import BACKUPS
@@ -277,6 +314,7 @@ def run_backfill(args: argparse.Namespace) -> int:
             ),
             title=f"{kind} {args.first}..{args.last} {'+'.join(layers)}",
             description=one_line(args.reason or "", tags.MAX_REASON_CHARS),
+            workspace=supervisor.workspace(),
         )
     except launch.LaunchError as exc:
         raise CommandError(str(exc)) from None
@@ -287,7 +325,7 @@ def run_backfill(args: argparse.Namespace) -> int:
     )
     if args.no_wait:
         return 0
-    return _follow(settings, instance, kind, backfill_id=backfill_id)
+    return _follow(settings, instance, kind, backfill_id=backfill_id, supervisor=supervisor)
 
 
 def run_publish(args: argparse.Namespace) -> int:
@@ -346,35 +384,58 @@ def run_approve(args: argparse.Namespace) -> int:
     return _submit_publish(args, config, f"approve {args.release}")
 
 
+def _publish_hours(instance, config: dict) -> list[str]:
+    """The hours the publish step targets: the release's (the hours its runs built), or
+    the range named; refused in one line when the release built nothing here."""
+    from backfill_assets import launch
+    from backfill_assets.partitions import hour_range
+
+    if not config.get("release_id"):
+        return hour_range(config["first_hour"], config["last_hour"])
+    hours = launch.release_hours(instance, config["release_id"])
+    if not hours:
+        raise CommandError(
+            f"release {config['release_id']} has no run in this Dagster instance "
+            f"({instance.root_directory}): nothing of it to publish"
+        )
+    return hours
+
+
 def _submit_publish(args: argparse.Namespace, config: dict, title: str) -> int:
     """Submit ``release/publish`` with ``config`` as a backfill and follow it."""
     from backfill_assets import launch, tags
 
     settings, _defs, instance = _context(args)
-    try:
-        backfill_id = launch.submit_backfill(
+    hours = _publish_hours(instance, config)
+    with supervisor_of(settings, instance) as supervisor:
+        if not args.no_wait:
+            supervisor.prepare()
+        try:
+            backfill_id = launch.submit_backfill(
+                settings,
+                [launch.PUBLISH_KEY],
+                hours,
+                launch.request_tags(
+                    dry_run=False,
+                    reason=args.reason,
+                    ticket=args.ticket,
+                    requested_by=args.requested_by,
+                    extra={tags.MODE: "publish"},
+                ),
+                title=title,
+                run_config={"ops": {"release__publish": {"config": config}}},
+                workspace=supervisor.workspace(),
+            )
+        except launch.LaunchError as exc:
+            raise CommandError(str(exc)) from None
+        print(f"submitted {title}: {backfill_id}")
+        if args.no_wait:
+            return 0
+        return _follow(
             settings,
-            [launch.PUBLISH_KEY],
-            None,
-            launch.request_tags(
-                dry_run=False,
-                reason=args.reason,
-                ticket=args.ticket,
-                requested_by=args.requested_by,
-                extra={tags.MODE: "publish"},
-            ),
-            title=title,
-            run_config={"ops": {"release__publish": {"config": config}}},
+            instance,
+            title.split()[0],
+            backfill_id=backfill_id,
+            report_id=config.get("release_id"),
+            supervisor=supervisor,
         )
-    except launch.LaunchError as exc:
-        raise CommandError(str(exc)) from None
-    print(f"submitted {title}: {backfill_id}")
-    if args.no_wait:
-        return 0
-    return _follow(
-        settings,
-        instance,
-        title.split()[0],
-        backfill_id=backfill_id,
-        report_id=config.get("release_id"),
-    )

@@ -10,7 +10,8 @@
 """
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import dagster as dg
 from py4j.protocol import Py4JJavaError
@@ -21,7 +22,7 @@ from backfill_assets import tags
 from backfill_assets.checks.published import release_gate_evaluations
 from backfill_assets.errors import cause_line
 from backfill_assets.layers import aggregated, raw, transformed
-from backfill_assets.layers.common import json_metadata, refuse, run_lineage
+from backfill_assets.layers.common import SINGLE_RUN, json_metadata, refuse, run_lineage
 from backfill_assets.layers.registry import LAYERS
 from backfill_assets.names import Layer
 from backfill_assets.partitions import InvalidHourError, hour_range, hourly_partitions, parse_hour
@@ -47,13 +48,22 @@ DESCRIPTIONS = {
     "aggregated.client_hourly": "Published per-client metrics of the session hour: sessions, "
     "payloads, pageviews, bounces, mean/p95 duration.",
 }
-SHADOWS = [
-    raw.SHADOW_PAYLOADS,
-    raw.SHADOW_QUARANTINE,
-    transformed.SHADOW_PAYLOADS,
-    aggregated.SHADOW_SESSIONS,
-    aggregated.SHADOW_CLIENT_HOURLY,
-]
+RECEIVED_SHADOWS = [raw.SHADOW_PAYLOADS, raw.SHADOW_QUARANTINE, transformed.SHADOW_PAYLOADS]
+SESSION_SHADOWS = [aggregated.SHADOW_SESSIONS, aggregated.SHADOW_CLIENT_HOURLY]
+SHADOWS = [*RECEIVED_SHADOWS, *SESSION_SHADOWS]
+
+
+def publish_deps() -> list[dg.AssetDep]:
+    """The publish step's parents, hour for hour as the session layer reads them: the
+    received-hour shadows through the session window (a release rebuilding received hours
+    T1..T2 publishes the session hours their windows touch), the session shadows hour for
+    hour. So Dagster derives the same hours for the publish step as for the session layer
+    (in the UI's launch dialog too) and runs it in that layer's run, after its checks."""
+    window = aggregated.session_window_mapping()
+    return [
+        *(dg.AssetDep(key, partition_mapping=window) for key in RECEIVED_SHADOWS),
+        *(dg.AssetDep(key) for key in SESSION_SHADOWS),
+    ]
 
 
 published_tables = [
@@ -294,16 +304,30 @@ def _log_outcomes(
     return counts, provisional, held
 
 
-@dg.asset(
-    key=PUBLISH,
-    deps=SHADOWS,
-    group_name=GROUP,
-    pool=PUBLISH_POOL,
-    kinds={"spark"},
-    description="The release's publication: one ledger transaction swapping every checked "
-    "candidate of the release into the published tables (held-back hours keep theirs).",
-    output_required=False,  # a dry run, or a refused publish, materializes nothing
-)
+def _publish_asset(fn: Callable) -> dg.AssetsDefinition:
+    """``release/publish`` as an asset (``backfill_policy`` on ``@asset`` is beta in dagster
+    1.13: the warning is silenced here, as for the layers' multi-assets, which have none)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        return dg.asset(
+            key=PUBLISH,
+            deps=publish_deps(),
+            group_name=GROUP,
+            pool=PUBLISH_POOL,
+            kinds={"spark"},
+            description="The release's publication: one ledger transaction swapping every "
+            "checked candidate of the release into the published tables (held-back hours "
+            "keep theirs).",
+            output_required=False,  # a dry run, or a refused publish, materializes nothing
+            # Hourly like the layers, one run per range: in a backfill Dagster runs it in
+            # the run of the release's last layer (the same hours, ``publish_deps``), after
+            # that layer's checks, instead of in a run of its own.
+            partitions_def=hourly_partitions,
+            backfill_policy=SINGLE_RUN,
+        )(fn)
+
+
+@_publish_asset
 def publish_release(
     context: dg.AssetExecutionContext,
     config: PublishConfig,

@@ -196,8 +196,9 @@ def collect_run(
                     summary.spark[key] = max(summary.spark.get(key, 0.0), value)
             if mat.asset_key == PUBLISH_KEY:  # the verdict on held-back hours
                 _collect_held(collected, meta.get("held_back"))
-                if "verdict" in meta:
-                    summary.failures.append(f"{event.step_key}: {metadata_value(meta, 'verdict')}")
+                line = f"{event.step_key}: {metadata_value(meta, 'verdict')}"
+                if "verdict" in meta and line not in summary.failures:  # one per hour
+                    summary.failures.append(line)
             elif table in shadows:
                 _shadow_written(summary, collected, run.run_id, table, mat)
             elif table in published and mat.partition:
