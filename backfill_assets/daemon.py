@@ -58,22 +58,30 @@ def _group_gone(pgid: int, seconds: float) -> bool:
         time.sleep(0.1)
 
 
-def stop_process_group(process: subprocess.Popen, timeout: float = 30.0) -> None:
-    """SIGTERM the process group ``process`` leads and wait until every member is gone
-    (the daemon, its code server, run workers and their Spark JVMs), SIGKILL after
-    ``timeout``: a command returns only when nothing it started is left."""
-    pgid = process.pid
+def stop_process_groups(processes: list[subprocess.Popen], timeout: float = 30.0) -> None:
+    """SIGTERM the process groups ``processes`` lead, all at once, and wait until every
+    member is gone (the daemon, the code server, run workers and their Spark JVMs),
+    SIGKILL after ``timeout``: a command returns only when nothing it started is left."""
     started = time.monotonic()
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGTERM)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        process.wait(timeout=timeout)
-    if not _group_gone(pgid, timeout - (time.monotonic() - started)):
-        log.warning("process group %d still alive %.0fs after SIGTERM: SIGKILL", pgid, timeout)
+    for process in processes:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGKILL)
-        _group_gone(pgid, 5)
-    process.wait()
+            os.killpg(process.pid, signal.SIGTERM)
+    for process in processes:
+        pgid = process.pid
+        left = max(timeout - (time.monotonic() - started), 0.0)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=left)
+        if not _group_gone(pgid, timeout - (time.monotonic() - started)):
+            log.warning("process group %d still alive %.0fs after SIGTERM: SIGKILL", pgid, timeout)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGKILL)
+            _group_gone(pgid, 5)
+        process.wait()
+
+
+def stop_process_group(process: subprocess.Popen, timeout: float = 30.0) -> None:
+    """``stop_process_groups`` of one process."""
+    stop_process_groups([process], timeout)
 
 
 def _ready(path: Path) -> bool:
@@ -234,9 +242,7 @@ class DaemonSupervisor:
             while waiting and self.process.poll() is None:
                 time.sleep(poll_seconds)
                 waiting = self.busy()
-        for process in (self.process, self.code_server):
-            if process is not None:
-                stop_process_group(process)
+        stop_process_groups([p for p in (self.process, self.code_server) if p is not None])
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
         if self._lock is not None:

@@ -270,11 +270,17 @@ def refuse_if_held(
 
 
 def run_backfill(args: argparse.Namespace) -> int:
+    from backfill_assets.definitions import build_definitions
+    from backfill_assets.instance import get_instance
+    from backfill_assets.settings import Settings
+
     hours, layers = validate_backfill(args)
-    settings, defs, instance = _context(args)
+    settings = Settings.from_env()
+    instance = get_instance(settings)
     with supervisor_of(settings, instance) as supervisor:
         if not args.no_wait:
             supervisor.prepare()  # the code server loads while the release is planned
+        defs = build_definitions(settings)
         return _run_backfill(args, hours, layers, (settings, defs, instance), supervisor)
 
 

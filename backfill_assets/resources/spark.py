@@ -235,6 +235,28 @@ class SparkUsage:
     task_seconds: float  # executor core-seconds spent running tasks (the work done)
     cores: int  # executor cores of the session (local mode: the driver's)
     wall_seconds: float  # since the mark
+    driver_peak_bytes: int = 0  # the driver's peak resident memory so far (0: unknown)
+
+
+def _peak_resident_bytes(pid: int) -> int:
+    """A process's peak resident set (``VmHWM``), 0 where /proc cannot tell."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def driver_peak_bytes(spark: SparkSession) -> int:
+    """The driver's peak memory so far: its JVM's peak resident set and this Python
+    process's (local mode: the executors' tasks run in that JVM, their Python workers
+    apart); 0 where the JVM's process is not on this machine's /proc."""
+    jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+    jvm = _peak_resident_bytes(jvm_pid)
+    return jvm + _peak_resident_bytes(os.getpid()) if jvm else 0
 
 
 def _status_store(spark: SparkSession):
@@ -280,7 +302,12 @@ def spark_usage(spark: SparkSession, after_stage: int, since: float) -> SparkUsa
         cores[executor.id()] = executor.totalCores()
     # local mode: the driver runs the tasks; on a cluster, only the executors do
     held = sum(c for ident, c in cores.items() if ident != "driver") or cores.get("driver", 0)
-    return SparkUsage(round(task_ms / 1000, 1), int(held), round(time.monotonic() - since, 1))
+    return SparkUsage(
+        round(task_ms / 1000, 1),
+        int(held),
+        round(time.monotonic() - since, 1),
+        driver_peak_bytes(spark),
+    )
 
 
 # Run-level cost facts on shadow and publish materializations: the run's totals so far.
@@ -291,6 +318,8 @@ SPARK_SESSION_SECONDS = "spark_session_seconds"
 # (JVM, context, session): where a run's time before its first Spark job goes.
 SPARK_STARTED_AT = "spark_started_at"
 SPARK_START_SECONDS = "spark_start_seconds"
+# The driver's peak resident memory (JVM + Python) so far in the run, bytes.
+DRIVER_PEAK_BYTES = "driver_peak_rss_bytes"
 _STARTED: dict[str, float] = {}  # this process's Spark start (at, seconds), once it started
 
 
@@ -307,9 +336,11 @@ def usage_metadata(resource: object) -> dict[str, float | int]:
         if _STARTED
         else {}
     )
+    peak = usage.driver_peak_bytes
     return {
         SPARK_TASK_SECONDS: usage.task_seconds,
         SPARK_CORES: usage.cores,
         SPARK_SESSION_SECONDS: usage.wall_seconds,
         **started,
+        **({DRIVER_PEAK_BYTES: peak} if peak else {}),
     }

@@ -31,6 +31,7 @@ import dagster as dg
 
 from backfill_assets import tags
 from backfill_assets.resources.spark import (
+    DRIVER_PEAK_BYTES,
     SPARK_START_SECONDS,
     SPARK_STARTED_AT,
     SPARK_TASK_SECONDS,
@@ -55,6 +56,7 @@ class RunTimes:
     events: int = 0
     spark_start: tuple[float, float] | None = None  # (at, seconds)
     spark_task_seconds: float = 0.0
+    driver_peak_bytes: float = 0.0  # the run's driver (JVM + Python) at its peak
 
 
 @dataclass
@@ -101,6 +103,9 @@ def read_run(instance: dg.DagsterInstance, record: dg.RunRecord) -> RunTimes:
         task = _metadata_value(entry, SPARK_TASK_SECONDS)
         if task is not None:  # the run's total so far: the last one is the run's
             times.spark_task_seconds = max(times.spark_task_seconds, task)
+        peak = _metadata_value(entry, DRIVER_PEAK_BYTES)
+        if peak is not None:  # the peak so far: the largest is the run's
+            times.driver_peak_bytes = max(times.driver_peak_bytes, peak)
         at, seconds = (
             _metadata_value(entry, SPARK_STARTED_AT),
             _metadata_value(entry, SPARK_START_SECONDS),
@@ -195,7 +200,7 @@ def run_lines(release: ReleaseTimes) -> list[str]:
     """One line per run: its wait, start, Spark start, steps, events and Spark task time."""
     lines = [
         f"{'run':<9} {'status':<8} {'waited':>7} {'process':>8} {'spark':>6} {'steps':>7} "
-        f"{'events':>7} {'task s':>7}  steps"
+        f"{'events':>7} {'task s':>7} {'peak MB':>8}  steps"
     ]
     previous = release.submitted
     for run in release.runs:
@@ -205,7 +210,7 @@ def run_lines(release: ReleaseTimes) -> list[str]:
         lines.append(
             f"{run.run_id[:8]:<9} {run.status:<8} {run.launched - previous:>7.1f} "
             f"{run.started - run.launched:>8.1f} {spark:>6.1f} {steps:>7.1f} {run.events:>7} "
-            f"{run.spark_task_seconds:>7.1f}  {names}"
+            f"{run.spark_task_seconds:>7.1f} {run.driver_peak_bytes / 2**20:>8.0f}  {names}"
         )
         previous = run.ended
     return lines
@@ -228,5 +233,11 @@ def breakdown_table(releases: Sequence[ReleaseTimes]) -> list[str]:
     runs = [len(r.runs) for r in releases]
     events = [sum(run.events for run in r.runs) for r in releases]
     lines.append(f"{'runs':<62} " + " ".join(f"{n:>7}" for n in runs))
+    peaks = [max((run.driver_peak_bytes for run in r.runs), default=0) / 2**20 for r in releases]
+    lines.append(
+        f"{'driver peak memory, MB (JVM + Python, largest run)':<62} "
+        + " ".join(f"{p:>7.0f}" for p in peaks)
+        + f" {statistics.median(peaks):>7.0f}"
+    )
     lines.append(f"{'Dagster events written':<62} " + " ".join(f"{n:>7}" for n in events))
     return lines

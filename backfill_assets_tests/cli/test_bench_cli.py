@@ -95,11 +95,17 @@ def test_a_release_breakdown_adds_up_to_its_wall_time():
     import dagster as dg
 
     from backfill_assets.resources.spark import (
+        DRIVER_PEAK_BYTES,
         SPARK_START_SECONDS,
         SPARK_STARTED_AT,
         SPARK_TASK_SECONDS,
     )
-    from backfill_assets_dev.cli.bench_release import ReleaseTimes, breakdown, read_run
+    from backfill_assets_dev.cli.bench_release import (
+        ReleaseTimes,
+        breakdown,
+        breakdown_table,
+        read_run,
+    )
 
     @dg.asset(name="raw_shadow")
     def raw(context: dg.AssetExecutionContext) -> None:
@@ -108,7 +114,12 @@ def test_a_release_breakdown_adds_up_to_its_wall_time():
         began = time.time()
         time.sleep(0.2)  # the "Spark start" the metadata reports (work to measure, not a wait)
         context.add_output_metadata(
-            {SPARK_STARTED_AT: began, SPARK_START_SECONDS: 0.2, SPARK_TASK_SECONDS: 1.5}
+            {
+                SPARK_STARTED_AT: began,
+                SPARK_START_SECONDS: 0.2,
+                SPARK_TASK_SECONDS: 1.5,
+                DRIVER_PEAK_BYTES: 3 * 2**29,
+            }
         )
 
     @dg.asset(key=["release", "publish"], deps=[raw])
@@ -138,6 +149,10 @@ def test_a_release_breakdown_adds_up_to_its_wall_time():
     assert parts["publish steps (Spark jobs, events, metastore)"] > 0
     assert runs[0].spark_task_seconds == 1.5 and runs[1].spark_start is None
     assert [r.events for r in runs] == events
+    # the driver's peak memory: the largest run's, in the table
+    assert runs[0].driver_peak_bytes == 3 * 2**29 and runs[1].driver_peak_bytes == 0
+    [peak] = [line for line in breakdown_table([release]) if line.startswith("driver peak")]
+    assert peak.split()[-2:] == ["1536", "1536"]
 
 
 def test_a_run_queued_while_the_previous_one_ran_waits_in_the_queue_only():
