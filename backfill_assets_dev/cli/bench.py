@@ -184,6 +184,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="time only the releases of tiny data (no generated day)",
     )
+    p.add_argument(
+        "--newest",
+        action="store_true",
+        help=f"the generated hours end at the newest complete hour (a repair of the latest "
+        f"hours: the session hours are the hours themselves, no window reaches past the "
+        f"partitions) instead of starting at {START}",
+    )
     p.set_defaults(handler=run)
 
 
@@ -226,10 +233,19 @@ def generate_tree(root: Path, args: argparse.Namespace, start: str = START):
     )
 
 
+def newest_start(hours: int) -> str:
+    """The first of the ``hours`` hours ending at the newest complete hour (UTC)."""
+    from datetime import UTC, datetime, timedelta
+
+    now = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    return (now - timedelta(hours=hours)).strftime("%Y-%m-%dT%H")
+
+
 def _day(args: argparse.Namespace, root: Path) -> bool:
     """The generated day's releases (alternating with the plain job with ``--compare``)."""
+    start = newest_start(args.hours) if args.newest else START
     started = time.monotonic()
-    summary = generate_tree(root, args)
+    summary = generate_tree(root, args, start)
     generated = time.monotonic() - started
     print(
         f"generate: {summary.payloads:,} payloads, {summary.lines:,} lines, "
@@ -241,12 +257,12 @@ def _day(args: argparse.Namespace, root: Path) -> bool:
     for number in range(1, args.rounds + 1):
         plain_first = args.compare and number % 2 == 1
         if plain_first:
-            plains.append(run_plain_process(root, backups, str(number), START, args.hours))
-        release, success = run_release(root, backups, home, str(number), START, args.hours)
+            plains.append(run_plain_process(root, backups, str(number), start, args.hours))
+        release, success = run_release(root, backups, home, str(number), start, args.hours)
         releases.append(release)
         ok = ok and success
         if args.compare and not plain_first:
-            plains.append(run_plain_process(root, backups, str(number), START, args.hours))
+            plains.append(run_plain_process(root, backups, str(number), start, args.hours))
         line = f"round {number}: release {release.wall:.1f}s"
         if args.compare:
             plain = plains[-1]
