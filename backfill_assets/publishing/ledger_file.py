@@ -64,7 +64,7 @@ def recorded(db: Path) -> int | None:
     marker = marker_of(db)
     try:
         return int(json.loads(marker.read_text())["last_publication_row"])
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # a folder that is not: named elsewhere
         return None
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise LedgerDamaged(
@@ -110,7 +110,7 @@ def check_integrity(db: Path) -> None:
     uri = f"file:{quote(str(db))}?mode=ro"
     try:
         with closing(sqlite3.connect(uri, uri=True, timeout=60)) as connection:
-            verdict = connection.execute("PRAGMA integrity_check(1)").fetchone()[0]
+            verdict = _one_line(connection.execute("PRAGMA integrity_check(1)").fetchone()[0])
     except sqlite3.DatabaseError as error:
         verdict = str(error)
     if verdict != "ok":
@@ -142,7 +142,7 @@ def _database_problem(db: Path, last_marked: int | None) -> str | None:
     uri = f"file:{quote(str(db))}?mode=ro"
     try:
         with closing(sqlite3.connect(uri, uri=True, timeout=60)) as connection:
-            verdict = connection.execute("PRAGMA quick_check(1)").fetchone()[0]
+            verdict = _one_line(connection.execute("PRAGMA quick_check(1)").fetchone()[0])
             if verdict != "ok":
                 return f"fails SQLite's integrity check ({verdict})"
             last = _last_publication_row(connection)
@@ -162,6 +162,12 @@ def _database_problem(db: Path, last_marked: int | None) -> str | None:
             f"replayed, or a copy from before the last publish)"
         )
     return None
+
+
+def _one_line(verdict: str) -> str:
+    """SQLite's verdict on one line (it reports "*** in database main ***" on a line of its
+    own before the problem)."""
+    return " ".join(str(verdict).replace("*** in database main ***", "").split())
 
 
 def _last_publication_row(connection: sqlite3.Connection) -> int | None:
