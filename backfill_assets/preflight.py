@@ -27,25 +27,29 @@ import sys
 import tempfile
 from pathlib import Path
 
-from backfill_assets.settings import Settings, is_uri, metastore_dir
+from backfill_assets.publishing import ledger_file
+from backfill_assets.settings import Settings, is_uri, ledger_url, metastore_dir
 
 DATA = "data"  # DATA_ROOT writable
 METASTORE = "metastore"  # the embedded metastore free (implies DATA)
 DAGSTER = "dagster"  # DAGSTER_HOME writable
 BACKUPS = "backups"  # BACKUP_ROOT exists with raw/
+LEDGER = "ledger"  # a SQLite ledger not missing (after it published), damaged or rolled back
 
 # What each subcommand needs before it starts (commands not listed need nothing).
 # backfill, publish and rollback submit to Dagster and wait: their runs queue behind a run
 # holding the metastore (each run checks it when its session starts), so they only need
 # the locations to be usable.
 COMMAND_NEEDS: dict[str, frozenset[str]] = {
-    "backfill": frozenset({DATA, DAGSTER, BACKUPS}),
-    "publish": frozenset({DATA, DAGSTER}),
-    "sql": frozenset({METASTORE}),
-    "rollback": frozenset({DATA, DAGSTER}),
-    "cancel": frozenset({DATA, DAGSTER}),
-    "vacuum": frozenset({DATA, DAGSTER}),
-    "verify": frozenset({METASTORE}),
+    "backfill": frozenset({DATA, DAGSTER, BACKUPS, LEDGER}),
+    "publish": frozenset({DATA, DAGSTER, LEDGER}),
+    "approve": frozenset({LEDGER}),
+    "sql": frozenset({METASTORE, LEDGER}),
+    "rollback": frozenset({DATA, DAGSTER, LEDGER}),
+    "cancel": frozenset({DATA, DAGSTER, LEDGER}),
+    "vacuum": frozenset({DATA, DAGSTER, LEDGER}),
+    "erase": frozenset({LEDGER}),
+    "verify": frozenset({METASTORE, LEDGER}),
     "halfcut": frozenset({METASTORE}),
     "reconcile": frozenset({DAGSTER, BACKUPS}),
     "report": frozenset({DATA, DAGSTER}),
@@ -207,8 +211,26 @@ def check_metastore(data_root: str) -> None:
         )
 
 
+def check_ledger(data_root: str) -> None:
+    """The SQLite ledger of ``data_root`` is not missing while it published, damaged or
+    rolled back (``publishing.ledger_file``); a database server is checked when opened."""
+    try:
+        url = ledger_url(f"{data_root}/warehouse")
+    except ValueError:
+        return  # a URI DATA_ROOT without BACKFILL_LEDGER_URL: named when the ledger opens
+    db = ledger_file.sqlite_file(url)
+    if db is None:
+        return
+    try:
+        ledger_file.check(db)
+    except ledger_file.LedgerDamaged as exc:
+        raise PreflightError(str(exc)) from None
+
+
 def before_spark(data_root: str) -> None:
-    """What a local Spark session needs: a writable DATA_ROOT and a free metastore."""
+    """What a local Spark session needs: a writable DATA_ROOT, a free metastore, and a
+    ledger that is not damaged (every run's work ends in it)."""
+    check_ledger(data_root)
     check_data_root(data_root)
     check_metastore(data_root)
 
@@ -236,7 +258,10 @@ def check_backup_root(backup_root: str) -> None:
 
 
 def check(settings: Settings, needs: frozenset[str]) -> None:
-    """Run the checks of ``needs`` (``DATA``, ``METASTORE``, ``DAGSTER``, ``BACKUPS``)."""
+    """Run the checks of ``needs`` (``LEDGER``, ``DATA``, ``METASTORE``, ``DAGSTER``,
+    ``BACKUPS``): the ledger first, so a damaged one is named whatever else is wrong."""
+    if LEDGER in needs:
+        check_ledger(settings.data_root)
     if BACKUPS in needs:
         check_backup_root(settings.backup_root)
     if DATA in needs or METASTORE in needs:
@@ -251,7 +276,7 @@ def needs_of(command: str, options: dict[str, object]) -> frozenset[str]:
     """What ``command`` needs, given its parsed options (some start Spark only on request)."""
     needs = set(COMMAND_NEEDS.get(command, frozenset()))
     if command == "reconcile" and options.get("source") == "ledger":
-        needs.add(METASTORE)
+        needs.update({METASTORE, LEDGER})
     if command == "report" and options.get("diff"):
         needs.add(METASTORE)
     return frozenset(needs)

@@ -118,12 +118,17 @@ def empty_warehouse(spark, settings: Settings) -> None:
 
 
 def empty_ledger(warehouse_dir: str) -> None:
-    """Every row of the ledger database deleted (its schema stays, at the newest revision)."""
-    from backfill_assets.publishing import audit, database
+    """Every row of the ledger database deleted (its schema stays, at the newest revision),
+    and its marker with them (a ledger that lost publications is otherwise refused)."""
+    from backfill_assets import settings
+    from backfill_assets.publishing import audit, database, ledger_file
 
     with database.transaction(warehouse_dir) as connection:
         for table in audit.METADATA.sorted_tables:
             connection.execute(table.delete())
+    db = ledger_file.sqlite_file(settings.ledger_url(warehouse_dir))
+    if db is not None:
+        ledger_file.marker_of(db).unlink(missing_ok=True)
 
 
 @pytest.fixture

@@ -13,6 +13,8 @@ import importlib
 import logging
 import sys
 
+from backfill_assets.publishing.ledger_file import LedgerUnavailable
+
 # Subcommand modules: of this package, or (the development commands, by their commands) of
 # the development package, which the code location's image does not carry.
 SUBCOMMAND_MODULES = (
@@ -139,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _preflight(args)
         return int(args.handler(args) or 0)
-    except CommandError as exc:
+    except (CommandError, LedgerUnavailable) as exc:  # the ledger: missing, damaged, down
         print(f"backfill-assets {args.command}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

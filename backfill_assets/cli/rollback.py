@@ -82,6 +82,8 @@ def run_verify(args: argparse.Namespace) -> int:
     from backfill_assets.settings import Settings
 
     settings = Settings.from_env()
+    # the ledger database itself first (integrity, schema revision), before Spark starts
+    print(database.health(settings.warehouse_dir))
     spark = spark_session(settings)
     layers = list(LAYERS.values())
     tables = publisher.published_tables(layers)

@@ -26,7 +26,7 @@ from backfill_assets.layers.common import SINGLE_RUN, json_metadata, refuse, run
 from backfill_assets.layers.registry import LAYERS
 from backfill_assets.names import Layer
 from backfill_assets.partitions import InvalidHourError, hour_range, hourly_partitions, parse_hour
-from backfill_assets.publishing import erasure, gates, publisher
+from backfill_assets.publishing import database, erasure, gates, publisher
 from backfill_assets.publishing.tables import table_key
 from backfill_assets.resources.launch_form import LaunchForm
 from backfill_assets.resources.spark import usage_metadata
@@ -253,6 +253,10 @@ def _publish(
             limits=gates.Limits.from_env(),
             approve=approval_of(config, run_tags),
         )
+    except database.LedgerUnavailable as exc:  # the ledger itself: nothing to retry
+        raise dg.Failure(
+            description=f"release {release} not published: {exc}", allow_retries=False
+        ) from None
     except (Py4JJavaError, PySparkException, OSError) as exc:  # Spark or the file system
         context.log.error(f"publishing release {release} failed: {exc}")
         raise dg.Failure(
@@ -261,6 +265,15 @@ def _publish(
             f"per table (an unfinished transaction is settled by the next publish or "
             f"backfill-assets verify): free the cause, then publish again",
         ) from exc
+
+
+def check_ledger(warehouse_dir: str) -> None:
+    """The ledger checked now (``database.check``), not only when this process first
+    opened it: a missing, damaged or rolled-back ledger fails the step, nothing published."""
+    try:
+        database.check(warehouse_dir)
+    except database.LedgerUnavailable as exc:
+        raise dg.Failure(description=f"nothing published: {exc}", allow_retries=False) from None
 
 
 def _log_outcomes(
@@ -344,6 +357,7 @@ def publish_release(
     report as an observation."""
     started = time.monotonic()
     spark = warehouse.spark
+    check_ledger(warehouse.warehouse_dir)
     run_tags = tags.of_run(context.instance, context.run_id)  # with the form's answers
     release = resolve_release(spark, config, run_tags, context.run_id)
     layers = selected_layers(config.layers)

@@ -34,8 +34,15 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from backfill_assets import settings
+from backfill_assets.publishing import ledger_file
+from backfill_assets.publishing.ledger_file import LedgerDamaged, LedgerUnavailable
+
+__all__ = ["LedgerDamaged", "LedgerUnavailable"]  # raised by this module's functions
 
 OPEN_TRANSACTIONS = "open_transactions"
+# Alembic's version table, of its own: the database may be shared (Dagster's keeps
+# ``alembic_version``).
+VERSION_TABLE = "audit_schema_version"
 _MIGRATIONS = Path(__file__).with_name("migrations")
 _LOCK = threading.Lock()
 
@@ -72,10 +79,6 @@ _SQL_TYPES = {
     "boolean": sa.Boolean,
     "timestamp": UtcTime,
 }
-
-
-class LedgerUnavailable(RuntimeError):
-    """The ledger database cannot be reached or written; the message names it and why."""
 
 
 class FenceTimeout(RuntimeError):
@@ -132,15 +135,24 @@ def _sqlite_begin(connection: Connection) -> None:
     connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
-@functools.cache
-def _upgraded(url: str, warehouse_dir: str) -> Engine:
-    from alembic import command
+def _alembic_config(warehouse_dir: str):
     from alembic.config import Config
 
-    engine = _engine(url)
     config = Config()
     config.set_main_option("script_location", str(_MIGRATIONS))
     config.attributes["warehouse_dir"] = warehouse_dir
+    return config
+
+
+@functools.cache
+def _upgraded(url: str, warehouse_dir: str) -> Engine:
+    """The engine of ``url``, its file checked first (a SQLite ledger missing while it
+    published, damaged or rolled back is refused before anything opens it read-write)."""
+    from alembic import command
+
+    check_file(url)
+    engine = _engine(url)
+    config = _alembic_config(warehouse_dir)
     with engine.begin() as connection:
         if engine.dialect.name == "postgresql":  # one upgrade at a time
             connection.execute(sa.select(sa.func.pg_advisory_xact_lock(_advisory_key("schema"))))
@@ -151,18 +163,60 @@ def _upgraded(url: str, warehouse_dir: str) -> Engine:
 
 def engine(warehouse_dir: str) -> Engine:
     """The ledger database of ``warehouse_dir``, its schema upgraded (once per process)."""
+    from alembic.util import CommandError
+
     url = settings.ledger_url(warehouse_dir)
     with _LOCK:
         try:
             return _upgraded(url, warehouse_dir)
-        except sa.exc.OperationalError as error:
+        except sa.exc.DatabaseError as error:
+            if not ledger_error(error):
+                raise
             raise unavailable(url, error) from error
+        except CommandError as error:  # a schema revision this code does not know
+            raise LedgerUnavailable(
+                f"ledger database {_named(url)}: its schema cannot be upgraded ({error}): "
+                f"run the code version that wrote it, or restore the ledger from its backup "
+                f"({ledger_file.RUNBOOK_SECTION})"
+            ) from None
+
+
+def check_file(url: str) -> None:
+    """Refuse a SQLite ledger file that is missing while it published, damaged or rolled
+    back (``ledger_file.check``); nothing to check here for a database server."""
+    db = ledger_file.sqlite_file(url)
+    if db is not None:
+        ledger_file.check(db)
+
+
+def check(warehouse_dir: str) -> None:
+    """``check_file`` of ``warehouse_dir``'s ledger, now (not once per process): before a
+    publish or a rollback, and at every evaluation of the sensor."""
+    check_file(settings.ledger_url(warehouse_dir))
+
+
+def ledger_error(error: sa.exc.DatabaseError) -> bool:
+    """An error of the database itself (unreachable, unwritable, malformed file), not of
+    a statement (a constraint, a syntax error)."""
+    return isinstance(error, sa.exc.OperationalError) or type(error) is sa.exc.DatabaseError
+
+
+def _named(url: str) -> str:
+    """The ledger database as messages name it: a SQLite file by its path, a server by its
+    URL without its password."""
+    db = ledger_file.sqlite_file(url)
+    return str(db) if db is not None else redacted(url)
 
 
 def unavailable(url: str, error: BaseException) -> LedgerUnavailable:
     """The ledger could not be reached or written: the database named (a SQLite file by
-    its path, a server without its password) and the driver's cause."""
+    its path, a server without its password) and the driver's cause. A file SQLite calls
+    malformed is damaged: restored from its backup, never written into."""
     cause = str(getattr(error, "orig", None) or error).strip().splitlines()[0]
+    if type(error) is sa.exc.DatabaseError:
+        return LedgerDamaged(
+            f"ledger database {_named(url)} is damaged ({cause}): {ledger_file.WHAT_TO_DO}"
+        )
     parsed = sa.engine.make_url(url)
     if parsed.get_backend_name() != "sqlite" or not parsed.database:
         return LedgerUnavailable(f"ledger database {redacted(url)} unavailable: {cause}")
@@ -186,8 +240,42 @@ def transaction(warehouse_dir: str) -> Iterator[Connection]:
     try:
         with db.begin() as connection:
             yield connection
-    except sa.exc.OperationalError as error:
+    except sa.exc.DatabaseError as error:
+        if not ledger_error(error):
+            raise
         raise unavailable(str(db.url), error) from error
+
+
+def mark_published(warehouse_dir: str, last_row: int | None) -> None:
+    """After a committed publish or rollback: its newest publication row in the SQLite
+    ledger's marker (``ledger_file.mark``), so a ledger that loses it is refused."""
+    db = ledger_file.sqlite_file(settings.ledger_url(warehouse_dir))
+    if db is not None:
+        ledger_file.mark(db, last_row)
+
+
+def health(warehouse_dir: str) -> str:
+    """``verify``'s check of the ledger database itself, as one line: reachable, its schema
+    at this code's newest revision, and for SQLite its full ``integrity_check``. Raises
+    ``LedgerUnavailable`` (``LedgerDamaged``) naming the database and what to do."""
+    from alembic.script import ScriptDirectory
+
+    url = settings.ledger_url(warehouse_dir)
+    head = ScriptDirectory.from_config(_alembic_config(warehouse_dir)).get_current_head()
+    with transaction(warehouse_dir) as connection:  # reachable, checked, upgraded
+        query = f"SELECT version_num FROM {VERSION_TABLE}"
+        revision = connection.exec_driver_sql(query).scalar()
+    if revision != head:
+        raise LedgerUnavailable(
+            f"ledger database {_named(url)}: schema at revision {revision}, but this code's "
+            f"newest is {head}: run the code version that wrote it, or restore the ledger "
+            f"from its backup ({ledger_file.RUNBOOK_SECTION})"
+        )
+    db = ledger_file.sqlite_file(url)
+    if db is not None:
+        ledger_file.check_integrity(db)
+    checked = "SQLite integrity check ok" if db is not None else "reachable"
+    return f"ledger database {_named(url)}: {checked}, schema at revision {revision} (newest)"
 
 
 def jdbc_options(warehouse_dir: str) -> dict[str, str]:

@@ -87,10 +87,14 @@ def _open(warehouse_dir: str, txn_id: str, events: Sequence[dict]) -> None:
 
 
 def _close(warehouse_dir: str, txn_id: str, outcome: Sequence[dict]) -> None:
-    """Record a transaction's outcome and close it, in one database transaction."""
+    """Record a transaction's outcome and close it, in one database transaction; then its
+    newest publication row in the ledger's marker (a ledger that loses it is refused)."""
+    publications = audit.SQL[audit.PUBLICATIONS]
     with database.transaction(warehouse_dir) as connection:
         audit.insert(connection, audit.PUBLICATIONS, outcome)
         connection.execute(audit.OPEN.delete().where(audit.OPEN.c.txn_id == txn_id))
+        last_row = connection.execute(sa.select(sa.func.max(publications.c._row))).scalar()
+    database.mark_published(warehouse_dir, last_row)
 
 
 def open_transactions(warehouse_dir: str, tables: Sequence[str]) -> list[tuple[str, tuple]]:

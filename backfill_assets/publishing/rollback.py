@@ -8,7 +8,7 @@ from pydantic import Field
 
 from backfill_assets import tags
 from backfill_assets.layers.registry import LAYERS
-from backfill_assets.publishing import audit, publisher
+from backfill_assets.publishing import audit, database, publisher
 from backfill_assets.publishing.tables import table_key
 from backfill_assets.resources.warehouse import Warehouse
 from backfill_assets.tags import PUBLISH_POOL
@@ -74,6 +74,10 @@ def rollback_op(context: dg.OpExecutionContext, config: RollbackConfig, warehous
     spark = warehouse.spark
     if config.release_id:
         tags.validate_release_id(config.release_id)
+    try:
+        database.check(warehouse.warehouse_dir)  # now, not once per process
+    except database.LedgerUnavailable as exc:
+        raise dg.Failure(description=f"nothing rolled back: {exc}", allow_retries=False) from None
     manifest = {
         "reason": config.reason or None,
         "ticket": config.ticket or None,
@@ -91,7 +95,7 @@ def rollback_op(context: dg.OpExecutionContext, config: RollbackConfig, warehous
             run_id=context.run_id,
             manifest=manifest,
         )
-    except publisher.PublishError as exc:
+    except (publisher.PublishError, database.LedgerUnavailable) as exc:
         raise dg.Failure(description=str(exc), allow_retries=False) from None
     lineage = {
         "run_id": context.run_id,

@@ -341,6 +341,18 @@ def evaluate(
     return Evaluation(result, sensor_result, request_id)
 
 
+def ledger_refusal(settings: Settings) -> str | None:
+    """Why the sensor requests nothing this evaluation: the ledger missing (after it
+    published), damaged or rolled back (``database.check``, every evaluation); else None."""
+    from backfill_assets.publishing import database
+
+    try:
+        database.check(settings.warehouse_dir)
+    except database.LedgerUnavailable as exc:
+        return f"no release requested: {exc}"
+    return None
+
+
 def build_reconciliation_sensor(config: ReconcileConfig | None = None) -> dg.SensorDefinition:
     """The sensor for the layers of the registry (settings from the environment)."""
     config = config or ReconcileConfig.from_env()
@@ -362,6 +374,10 @@ def build_reconciliation_sensor(config: ReconcileConfig | None = None) -> dg.Sen
     def reconciliation_sensor(
         context: dg.SensorEvaluationContext, backups: BackupStore
     ) -> dg.SensorResult:
+        refused = ledger_refusal(Settings.from_env())
+        if refused:
+            context.log.error(refused)
+            return dg.SensorResult(skip_reason=refused, cursor=context.cursor)
         layers = list(registry.LAYERS.values())
         keys = layer_asset_keys(
             context.repository_def.assets_defs_by_key, [layer.name for layer in layers]

@@ -2,8 +2,7 @@
 
 from alembic import context
 
-# A version table of its own: the database may be shared (Dagster's keeps `alembic_version`).
-VERSION_TABLE = "audit_schema_version"
+from backfill_assets.publishing.database import VERSION_TABLE
 
 context.configure(connection=context.config.attributes["connection"], version_table=VERSION_TABLE)
 with context.begin_transaction():
