@@ -97,6 +97,13 @@ def run_hours(run: dg.DagsterRun) -> frozenset[str]:
     return frozenset(tags.partition_range(run.tags))
 
 
+def release_hours(instance: dg.DagsterInstance, release_id: str) -> list[str]:
+    """Every hour a release's runs built or published (the partitions its publish step
+    targets when it publishes the release on its own); [] for a release with no run here."""
+    runs = instance.get_runs(filters=dg.RunsFilter(tags={tags.DAGSTER_BACKFILL: release_id}))
+    return sorted({hour for run in runs for hour in tags.partition_range(run.tags)})
+
+
 def in_flight(instance: dg.DagsterInstance) -> list[Release]:
     """Every release in flight with the hours it holds, oldest first (a run whose process
     is gone is marked failed first: it holds nothing). A run left queued or not started

@@ -11,8 +11,8 @@ default, every downstream shadow and ``release/publish``; Dagster derives the do
 partitions through the partition mappings (a session hour is rebuilt when its window
 touches a damaged hour), as it does for a backfill launched in the UI.
 
-``DaemonSupervisor`` runs ``dagster-daemon`` for the duration of a command when no daemon
-serves the instance, so the CLI works on a laptop without ``dagster dev``.
+``daemon.DaemonSupervisor`` runs ``dagster-daemon`` (and its code server) for the duration
+of a command when no daemon serves the instance, so the CLI works without ``dagster dev``.
 """
 
 from __future__ import annotations
@@ -39,7 +39,6 @@ from backfill_assets.checks.outcomes import summarize
 from backfill_assets.errors import cause_line
 from backfill_assets.layers.windows import session_hours_touching
 from backfill_assets.names import RECEIVED_HOUR_LAYERS
-from backfill_assets.partitions import hour_range
 from backfill_assets.publishing.tables import table_key
 from backfill_assets.settings import PROJECT_ROOT, Settings, graphql_url
 from backfill_assets.text import one_line
@@ -461,9 +460,8 @@ def follow(
     poll_seconds: float = 0.5,
 ) -> BackfillOutcome:
     """Wait until the backfill (or the single run) is finished, reporting each run as it
-    ends; keeps a daemon running through ``supervisor`` meanwhile, and kicks it when the
-    backfill's runs have all ended (its next iteration launches the next run, or marks the
-    backfill done, at once instead of at its next 30 s turn)."""
+    ends; keeps a daemon running through ``supervisor``, kicked when every run has ended
+    (its iteration launches the next run, or ends the backfill, now, not in up to 30 s)."""
     from backfill_assets.sensors.orphans import fail_orphaned_runs
 
     reported: dict[str, RunSummary] = {}
@@ -500,21 +498,3 @@ def follow(
         if ended and not active and backfill_id is not None and supervisor is not None:
             supervisor.kick()
         time.sleep(poll_seconds)
-
-
-def release_hours(instance: dg.DagsterInstance, release_id: str) -> list[str]:
-    """Every hour a release's runs built (the partitions its publish step targets when it
-    publishes the release on its own); [] for a release with no run in the instance."""
-    runs = instance.get_runs(filters=dg.RunsFilter(tags={tags.DAGSTER_BACKFILL: release_id}))
-    return sorted({hour for run in runs for hour in tags.partition_range(run.tags)})
-
-
-def range_hours(first: str, last: str, cap: int) -> list[str]:
-    """The hours of ``first..last``, refused beyond ``cap`` hours (before anything runs)."""
-    hours = hour_range(first, last)
-    if len(hours) > cap:
-        raise ValueError(
-            f"{first}..{last} is {len(hours):,} hours, more than the cap of {cap:,} "
-            f"(BACKFILL_MAX_RANGE_HOURS); split the range or raise the cap for this command"
-        )
-    return hours

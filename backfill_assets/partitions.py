@@ -126,3 +126,14 @@ def backup_hour_path(key: str) -> str:
     """The backup folder of an hour, relative to ``<backup_root>/raw``."""
     hour = _strict_hour(key)
     return f"date={hour:%Y-%m-%d}/hour={hour:%H}"
+
+
+def range_hours(first: str, last: str, cap: int) -> list[str]:
+    """The hours of ``first..last``, refused beyond ``cap`` hours (before anything runs)."""
+    hours = hour_range(first, last)
+    if len(hours) > cap:
+        raise ValueError(
+            f"{first}..{last} is {len(hours):,} hours, more than the cap of {cap:,} "
+            f"(BACKFILL_MAX_RANGE_HOURS); split the range or raise the cap for this command"
+        )
+    return hours

@@ -222,11 +222,11 @@ def run_job(
 def validate_backfill(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     """The range's hours and the release's layers, or one line naming the bad argument."""
     from backfill_assets import launch
-    from backfill_assets.partitions import InvalidHourError
+    from backfill_assets.partitions import InvalidHourError, range_hours
 
     try:
         cap = args.max_hours or max_range_hours(DEFAULT_MAX_RANGE_HOURS)
-        hours = launch.range_hours(args.first, args.last, cap)
+        hours = range_hours(args.first, args.last, cap)
         layers = launch.release_layers(args.layers.split(","), downstream=not args.no_downstream)
     except (InvalidHourError, ValueError) as exc:
         raise CommandError(str(exc)) from None
@@ -393,12 +393,12 @@ def run_approve(args: argparse.Namespace) -> int:
 def _publish_hours(instance, config: dict) -> list[str]:
     """The hours the publish step targets: the release's (the hours its runs built), or
     the range named; refused in one line when the release built nothing here."""
-    from backfill_assets import launch
+    from backfill_assets.holds import release_hours
     from backfill_assets.partitions import hour_range
 
     if not config.get("release_id"):
         return hour_range(config["first_hour"], config["last_hour"])
-    hours = launch.release_hours(instance, config["release_id"])
+    hours = release_hours(instance, config["release_id"])
     if not hours:
         raise CommandError(
             f"release {config['release_id']} has no run in this Dagster instance "
