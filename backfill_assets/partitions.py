@@ -128,9 +128,26 @@ def backup_hour_path(key: str) -> str:
     return f"date={hour:%Y-%m-%d}/hour={hour:%H}"
 
 
+def within_partitions(last: str) -> None:
+    """Refuse a range ending after the newest partition (with ``BACKFILL_PARTITIONS_END``
+    unset: the newest complete hour, which moves with the clock)."""
+    newest = hourly_partitions.get_last_partition_key()
+    if newest is None or last > newest:
+        raise InvalidHourError(
+            f"hour {last} is not a partition yet: the newest is {newest or 'none'} "
+            + (
+                f"({ENV_END}={PARTITIONS_END})"
+                if PARTITIONS_END
+                else "(the newest complete hour, UTC)"
+            )
+            + "; nothing of it can be rebuilt"
+        )
+
+
 def range_hours(first: str, last: str, cap: int) -> list[str]:
     """The hours of ``first..last``, refused beyond ``cap`` hours (before anything runs)."""
     hours = hour_range(first, last)
+    within_partitions(last)
     if len(hours) > cap:
         raise ValueError(
             f"{first}..{last} is {len(hours):,} hours, more than the cap of {cap:,} "

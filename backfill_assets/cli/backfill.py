@@ -225,7 +225,11 @@ def validate_backfill(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     from backfill_assets.partitions import InvalidHourError, range_hours
 
     try:
-        cap = args.max_hours or max_range_hours(DEFAULT_MAX_RANGE_HOURS)
+        cap = args.max_hours
+        if cap is None:
+            cap = max_range_hours(DEFAULT_MAX_RANGE_HOURS)
+        if cap < 1:
+            raise ValueError(f"--max-hours {cap}: the cap on a range's hours must be at least 1")
         hours = range_hours(args.first, args.last, cap)
         layers = launch.release_layers(args.layers.split(","), downstream=not args.no_downstream)
     except (InvalidHourError, ValueError) as exc:

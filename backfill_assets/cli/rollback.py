@@ -60,6 +60,8 @@ def run_rollback(args: argparse.Namespace) -> int:
         "requested_by": requested_by,
     }
     settings, _defs, instance = _context(args)
+    if args.release:
+        refuse_unpublished(settings, args.release)
     try:
         run_id = launch.submit_run(
             settings,
@@ -73,6 +75,21 @@ def run_rollback(args: argparse.Namespace) -> int:
     if args.no_wait:
         return 0
     return _follow(settings, instance, "rollback", run_id=run_id)
+
+
+def refuse_unpublished(settings, release: str) -> None:
+    """Refuse, before anything is submitted, to roll back a release the ledger has no
+    committed publication of (an unknown id, a dry run never published)."""
+    from backfill_assets.publishing import audit
+    from backfill_assets.publishing.ledger import COMMIT, PUBLISH
+
+    where = {"backfill_id": release, "mode": PUBLISH, "phase": COMMIT}
+    if not audit.rows(settings.warehouse_dir, audit.PUBLICATIONS, where):
+        raise CommandError(
+            f"release {release} has no publication in the ledger: nothing to roll back "
+            f"(is the id right? `backfill-assets report --backfill {release}` shows what a "
+            f"release did)"
+        )
 
 
 def run_verify(args: argparse.Namespace) -> int:

@@ -40,6 +40,39 @@ def test_a_range_over_the_cap_is_refused_before_anything_runs(capsys, monkeypatc
     assert "49 hours, more than the cap of 24" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("cap", ["0", "-3"])
+def test_a_cap_below_one_hour_refuses_every_range(cap, capsys, monkeypatch, tmp_path):
+    """``--max-hours 0`` is not "the default": it refuses the range, before anything runs."""
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "never-created"))
+    code = main(["backfill", "--from", "2026-11-20T00", "--to", "2026-11-20T00",
+                 "--max-hours", cap])  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert f"--max-hours {cap}" in err and "at least 1" in err
+    assert not (tmp_path / "never-created").exists()
+
+
+def test_a_range_past_the_newest_partition_is_refused_before_anything_runs(
+    capsys, monkeypatch, tmp_path
+):
+    """With the partitions up to now (no BACKFILL_PARTITIONS_END), a range ending after the
+    newest complete hour is refused in one line, naming the newest partition."""
+    from datetime import UTC, datetime, timedelta
+
+    from backfill_assets.partitions import PARTITIONS_END, hour_key, hourly_partitions
+
+    if PARTITIONS_END is not None:
+        pytest.skip("the suite's partitions end at a fixed hour")
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "never-created"))
+    newest = hourly_partitions.get_last_partition_key()
+    future = hour_key(datetime.now(UTC) + timedelta(hours=30))
+    code = main(["backfill", "--from", newest, "--to", future])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert f"hour {future} is not a partition yet" in err and "newest complete hour" in err
+    assert not (tmp_path / "never-created").exists()
+
+
 @pytest.mark.parametrize("flag", ["--max-age-days", "--rollback-depth"])
 def test_vacuum_refuses_negative_limits(flag, capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "never-created"))
@@ -133,3 +166,22 @@ def test_operator_text_past_its_limit_is_refused_in_one_line_before_submission(
     assert f"{flag} is 100,006 characters, more than the limit of {limit}" in err
     assert len(err) < 400
     assert not (tmp_path / "never-created").exists()
+
+
+@pytest.mark.parametrize("wait", [[], ["--no-wait"]])
+def test_rolling_back_a_release_the_ledger_never_published_is_refused(
+    wait, capsys, monkeypatch, tmp_path
+):
+    """``rollback --backfill ID`` of an id with no committed publication (unknown, or a dry
+    run) exits 2 in one line naming it, and submits nothing."""
+    import dagster as dg
+
+    for name in ("DAGSTER_HOME", "DATA_ROOT", "BACKUP_ROOT"):
+        monkeypatch.setenv(name, str(tmp_path / name.lower()))
+    (tmp_path / "backup_root").mkdir()
+    code = main(["rollback", "--backfill", "zzzzzzzz", *wait])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "release zzzzzzzz has no publication in the ledger" in err
+    with dg.DagsterInstance.from_config(str(tmp_path / "dagster_home")) as instance:
+        assert instance.get_runs() == []  # nothing submitted
