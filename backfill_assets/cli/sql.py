@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import re
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -244,6 +245,32 @@ def _refuse(reason: str) -> CommandError:
     )
 
 
+# What a read-only statement starts with (its first keyword, after comments): anything else
+# (INSERT, CREATE, DROP, SET, CACHE, ...) is refused before a Spark session starts. Spark's
+# parser then judges the statements that start so (``check_read_only``): the authority.
+READ_ONLY_STARTS = ("SELECT", "WITH", "SHOW", "DESCRIBE", "DESC", "EXPLAIN", "VALUES", "TABLE",
+                    "FROM", "(")  # fmt: skip
+_LEADING = re.compile(r"\s+|--[^\n]*|/\*.*?\*/", re.DOTALL)  # whitespace and comments
+_FIRST_WORD = re.compile(r"\(|[A-Za-z_]+")
+
+
+def first_keyword(statement: str) -> str:
+    """The statement's first keyword in upper case (``(`` for a parenthesized query), after
+    whitespace and comments; "" if there is none."""
+    position = 0
+    while match := _LEADING.match(statement, position):
+        position = match.end()
+    word = _FIRST_WORD.match(statement, position)
+    return word.group(0).upper() if word else ""
+
+
+def precheck(statement: str) -> None:
+    """Refuse, without Spark, a statement whose first keyword no read-only statement has."""
+    keyword = first_keyword(statement)
+    if keyword not in READ_ONLY_STARTS:
+        raise _refuse(f"a statement starting with {keyword or 'nothing'!r} is not a query")
+
+
 def check_read_only(spark: SparkSession, statement: str) -> None:
     """Parse ``statement`` with Spark's parser; CommandError unless it is one read-only
     statement. Nothing is analysed or run here."""
@@ -288,6 +315,7 @@ def run(args: argparse.Namespace) -> int:
     from backfill_assets.resources.spark import spark_session
     from backfill_assets.settings import Settings
 
+    precheck(args.query)  # most refusals need no Spark session
     settings = Settings.from_env()
     spark = spark_session(settings)
     check_read_only(spark, args.query)

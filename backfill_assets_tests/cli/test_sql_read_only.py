@@ -277,3 +277,26 @@ def test_tables_and_names_like_a_format_or_a_denied_function_still_run(
         {"reflect": "r", "parquet": "p", "up": "T"}
     ]
     assert spark.conf.get("spark.sql.runSQLOnFiles") == before  # restored after the run
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "DROP TABLE raw.payloads",
+        "  -- a comment\n/* and another */ insert into raw.payloads select * from raw.payloads",
+        "SET spark.sql.warehouse.dir=/tmp",
+        "CACHE TABLE raw.payloads",
+        "",
+    ],
+)
+def test_a_statement_that_is_no_query_is_refused_before_spark_starts(
+    statement, capsys, monkeypatch, tmp_path
+):
+    """Refused in one line without a Spark session: this test has no ``spark`` fixture, so
+    a session started in this process fails it (``_no_second_spark_session``)."""
+    for name in ("DAGSTER_HOME", "DATA_ROOT", "BACKUP_ROOT"):
+        monkeypatch.setenv(name, str(tmp_path / name.lower()))
+    assert main(["sql", statement]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "refused, nothing was run" in err, err
+    assert "is not a query" in err
