@@ -99,4 +99,5 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(document, indent=2))
     else:
         print("\n".join(result.lines()))
-    return 1 if result.actionable else 0
+    unpublished = any(h["unpublished_hours"] for h in result.health().values())
+    return 1 if result.actionable or unpublished else 0

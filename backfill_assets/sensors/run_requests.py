@@ -291,23 +291,32 @@ class Reconciliation:
     source: str  # where the published state came from: "dagster" or "ledger"
     max_hours: int
     layers: tuple[str, ...] = ()  # the layers compared, in dependency order
+    # layer -> the window's hours that have a published version (None: not known)
+    published: Mapping[str, frozenset[str]] | None = None
 
     def health(self, now: datetime | None = None) -> dict[str, dict]:
-        """Per layer, numbers a monitor can scrape: the share of the window's hours with
-        no finding (published and matching the closed manifests), the hours a backfill
-        would repair, and the oldest of them with its age in hours (since its hour ended)."""
+        """Per layer, numbers a monitor can scrape: the share of the window's hours that
+        are published and have no finding (matching the closed manifests), the hours with
+        no published version (never published, held back or failed: never healthy), the
+        hours a backfill would repair, and the oldest of them with its age in hours (since
+        its hour ended)."""
         now = now or datetime.now(UTC)
         hours = self.window.hours
         health = {}
         for layer in self.layers or tuple(dict.fromkeys(f.layer for f in self.findings)):
             found = {f.hour for f in self.findings if f.layer == layer} & set(hours)
+            published = set(hours) if self.published is None else self.published.get(layer, set())
+            unpublished = sorted(set(hours) - set(published))
+            healthy = set(hours) - found - set(unpublished)
             damaged = sorted({f.hour for f in self.actionable if f.layer == layer})
             oldest = damaged[0] if damaged else None
             age = (now - parse_hour(oldest) - timedelta(hours=1)) if oldest else None
             health[layer] = {
                 "hours": len(hours),
-                "healthy_hours": len(hours) - len(found),
-                "completeness": round((len(hours) - len(found)) / len(hours), 4),
+                "healthy_hours": len(healthy),
+                "completeness": round(len(healthy) / len(hours), 4),
+                "unpublished_hours": len(unpublished),
+                "unpublished": unpublished,
                 "damaged_hours": len(damaged),
                 "oldest_damage_hour": oldest,
                 "oldest_damage_age_hours": (
@@ -361,9 +370,15 @@ class Reconciliation:
                 if h["oldest_damage_hour"]
                 else "no damage to repair"
             )
+            missing = (
+                f"{h['unpublished_hours']} of {h['hours']} hour(s) not published: "
+                f"{describe_hours(h['unpublished'])}; "
+                if h["unpublished_hours"]
+                else ""
+            )
             out.append(
                 f"  health {layer}: {h['completeness']:.1%} of {h['hours']} hour(s) published "
-                f"and matching; {h['damaged_hours']} to repair; {damage}"
+                f"and matching; {missing}{h['damaged_hours']} to repair; {damage}"
             )
         for layer, skipped in sorted(self.plan.skipped.items()):
             by_why: dict[str, list[str]] = defaultdict(list)

@@ -354,4 +354,5 @@ def reconcile(
         source,
         config.max_hours_per_tick,
         tuple(layer.name for layer in layers),
+        {layer.name: frozenset(published.get(layer.name, {})) for layer in layers},
     )

@@ -81,6 +81,11 @@ def test_reconcile_at_the_first_partition_lists_findings_without_a_traceback(env
     assert requests and all(r["first"] >= FIRST for r in requests)
     sessions = next(r for r in requests if r["layer"] == "aggregated")
     assert all(h >= FIRST for h in sessions["allow_missing_hours"])  # no hour before the first
+    # nothing is published here: no layer is healthy, every hour of the window is named
+    window = result["window"]["hours"]
+    for layer, health in result["health"].items():
+        assert health["completeness"] == 0.0 and health["healthy_hours"] == 0, layer
+        assert health["unpublished_hours"] == window == len(health["unpublished"]), layer
 
 
 def test_a_sensor_tick_at_the_first_partition_requests_releases_inside_the_partitions(env):

@@ -307,3 +307,40 @@ def test_contiguous_ranges_and_descriptions() -> None:
         ("2026-11-20T23", "2026-11-21T00"),
     ]
     assert F.describe_hours(hours) == "2026-11-20T05, 2026-11-20T23..2026-11-21T00"
+
+
+def _reconciliation(inv, pub) -> R.Reconciliation:
+    found = find(inv, pub)
+    planned = R.plan(found, NAMES, WINDOW, max_hours=48, plan_ranges=plan_ranges)
+    hours = {name: frozenset(pub.get(name, {})) for name in NAMES}
+    return R.Reconciliation(WINDOW, found, planned, "dagster", 48, tuple(NAMES), hours)
+
+
+def test_the_health_line_never_counts_an_unpublished_hour_as_healthy() -> None:
+    """Nothing published: every layer 0% healthy, its hours named as not published (no
+    finding for a downstream layer must not read as health)."""
+    inv, _ = healthy()
+    result = _reconciliation(inv, {})
+    for name in NAMES:
+        numbers = result.health()[name]
+        assert numbers["completeness"] == 0.0 and numbers["healthy_hours"] == 0
+        assert numbers["unpublished"] == DAY
+    lines = [line for line in result.lines() if "health " in line]
+    assert len(lines) == 3
+    assert all("24 of 24 hour(s) not published: 2026-11-20T00..2026-11-20T23" in x for x in lines)
+
+
+def test_held_back_hours_are_named_not_published_in_every_layer() -> None:
+    """A release whose hours 00-02 were held back and 03 published: 00-02 are named in
+    every layer, only 03 (and the other hours published before) counts as healthy."""
+    inv, pub = healthy()
+    for name in NAMES:
+        for hour in DAY[:3]:
+            del pub[name][hour]
+    health = _reconciliation(inv, pub).health()
+    for name in NAMES:
+        assert health[name]["unpublished"] == DAY[:3]
+        assert health[name]["healthy_hours"] == len(DAY) - 3
+        assert health[name]["completeness"] < 1.0
+    line = next(x for x in _reconciliation(inv, pub).lines() if "health sessions" in x)
+    assert "3 of 24 hour(s) not published: 2026-11-20T00..2026-11-20T02" in line, line
