@@ -204,13 +204,26 @@ def _read_manifest(
         return manifest, raw, None
     except ValueError as exc:
         return None, raw, f"{folder_rel}/{MANIFEST_NAME}: unreadable manifest ({exc})"
+    except RecursionError:  # arrays or objects nested deeper than Python's parser goes
+        return None, raw, f"{folder_rel}/{MANIFEST_NAME}: unreadable manifest (nested too deep)"
 
 
-def _count(value: object) -> int:
-    """A manifest ``records``: a JSON integer >= 0 (not 12.9, "12", true), else ValueError."""
-    if not is_int(value) or value < 0:  # type: ignore[operator]
-        raise ValueError(f"records must be an integer >= 0, got {value!r}")
+# The largest count or size a manifest may state: a 64-bit signed integer, what Spark and
+# the ledger store (a larger one would overflow them, not describe a file).
+MAX_MANIFEST_NUMBER = 2**63 - 1
+
+
+def _count(value: object, most: int = MAX_MANIFEST_NUMBER, what: str = "records") -> int:
+    """A manifest count: a JSON integer in ``0..most`` (not 12.9, "12", true, 1e400),
+    else ValueError."""
+    if not is_int(value) or not 0 <= value <= most:  # type: ignore[operator]
+        raise ValueError(f"{what} must be an integer from 0 to {most}, got {str(value)[:40]}")
     return value  # type: ignore[return-value]
+
+
+def _size(entry: dict) -> int:
+    """A listed file's ``bytes`` (-1 when the manifest gives none), bounded like a count."""
+    return _count(entry["bytes"], what="bytes") if "bytes" in entry else -1
 
 
 def _refused_part(store: BackupStore, rel: str, listed_bytes: int, limit: int) -> str | None:
@@ -269,7 +282,9 @@ def _folder(store: BackupStore, hour: str, client_id: int, rel: str, limits: Rea
         if manifest.get("hour") != expected_hour:
             problems.append(f"{rel}: manifest hour {manifest.get('hour')!r} != {expected_hour}")
         for entry in manifest["files"]:
-            name, records, sha = entry["name"], _count(entry["records"]), entry["sha256"]
+            # a file's lines each end in a newline: no more of them than its expanded bytes
+            records = _count(entry["records"], limits.part_expanded_bytes)
+            name, sha = entry["name"], entry["sha256"]
             if not isinstance(sha, str) or not _SHA256.fullmatch(sha):
                 raise ValueError(f"sha256 of {name!r} is not 64 hex digits: {sha!r}")
             if name in listed:
@@ -279,7 +294,7 @@ def _folder(store: BackupStore, hour: str, client_id: int, rel: str, limits: Rea
             if name not in present:
                 problems.append(f"{rel}/{name}: listed in the manifest but missing")
                 continue
-            size = int(entry.get("bytes", -1))
+            size = _size(entry)
             refused = _refused_part(store, f"{rel}/{name}", size, limits.part_expanded_bytes)
             if refused:
                 problems.append(refused)
@@ -291,8 +306,8 @@ def _folder(store: BackupStore, hour: str, client_id: int, rel: str, limits: Rea
             problems.append(
                 f"{rel}: manifest records {records} != sum of its files {listed_records}"
             )
-    except (KeyError, TypeError, ValueError) as exc:
-        problems.append(f"{rel}/{MANIFEST_NAME}: malformed manifest ({exc!r})")
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
+        problems.append(f"{rel}/{MANIFEST_NAME}: malformed manifest ({exc})")
         return Folder(hour, client_id, rel, True, None, (), None, tuple(problems))
     problems.extend(
         f"{rel}/{n}: part file not listed in the manifest" for n in sorted(present - listed)

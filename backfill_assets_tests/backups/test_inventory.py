@@ -206,15 +206,55 @@ def test_a_manifest_digest_in_upper_case_is_the_files_digest(tmp_path: Path) -> 
 
 
 @pytest.mark.parametrize(
+    ("text", "detail"),
+    [
+        # nested 100,000 arrays deep: past Python's JSON parser (RecursionError)
+        ('{"client_id": 1, "deep": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deep"),
+        # a size beyond any float: JSON's 1e400 parses as infinity
+        ('__BODY__"bytes": 1e400}', "bytes must be an integer from 0 to"),
+        # more records than a 64-bit count (and than a file of the limit has lines)
+        ('__BODY__"records": 1000000000000000000000000000000}', "records must be an integer"),
+    ],
+    ids=["nested-100000-deep", "bytes-1e400", "records-1e30"],
+)
+def test_a_hostile_manifest_holds_back_its_folder_in_one_line(
+    tmp_path: Path, text: str, detail: str
+) -> None:
+    """Depth, numbers and counts of a manifest are bounded like its files: the folder's
+    hour is refused in one line naming the manifest, never an exception of the command."""
+    hour = f"{DAY}T03"
+    folder = write_backup_folder(tmp_path, hour, 1, {"part-00000.jsonl.zst": zst([LINE])})
+    body = _manifest(folder)
+    if text.startswith("__BODY__"):  # the real manifest with one value replaced
+        key = text.split('"')[1]
+        target = body["files"][0] if key == "bytes" else body
+        target[key] = "__HOSTILE__"
+        value = text.split(": ", 1)[1].rstrip("}")
+        text = json.dumps(body).replace('"__HOSTILE__"', value)
+    (folder / "_MANIFEST.json").write_text(text)
+
+    inventory = take_inventory(LocalBackupStore(root=str(tmp_path)), [hour])[hour]
+
+    (only,) = inventory.folders
+    assert only.files == ()
+    rel = f"raw/date={DAY}/hour=03/client_id=1"
+    (problem,) = only.problems
+    assert problem.startswith(f"{rel}/_MANIFEST.json: ") and detail in problem, problem
+    assert len(problem) < 300 and "\n" not in problem
+    failing = check_reconcile({hour: inventory}, {(hour, 1): (1, 0)}, allowed_missing=set())
+    assert problem in failing[hour]
+
+
+@pytest.mark.parametrize(
     ("change", "detail"),
     [
-        ({"records": 1.0}, "records must be an integer >= 0"),
-        ({"records": 12.9}, "records must be an integer >= 0"),
-        ({"records": "1"}, "records must be an integer >= 0"),
-        ({"records": True}, "records must be an integer >= 0"),
-        ({"records": -1}, "records must be an integer >= 0"),
-        ({"file": {"records": "1"}}, "records must be an integer >= 0"),
-        ({"file": {"records": False}}, "records must be an integer >= 0"),
+        ({"records": 1.0}, "records must be an integer from 0 to"),
+        ({"records": 12.9}, "records must be an integer from 0 to"),
+        ({"records": "1"}, "records must be an integer from 0 to"),
+        ({"records": True}, "records must be an integer from 0 to"),
+        ({"records": -1}, "records must be an integer from 0 to"),
+        ({"file": {"records": "1"}}, "records must be an integer from 0 to"),
+        ({"file": {"records": False}}, "records must be an integer from 0 to"),
         ({"file": {"sha256": "abc"}}, "is not 64 hex digits"),
         ({"file": {"sha256": "g" * 64}}, "is not 64 hex digits"),
         ({"file": {"sha256": None}}, "is not 64 hex digits"),
