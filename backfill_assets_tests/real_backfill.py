@@ -177,3 +177,24 @@ def backfill_id_of(done: subprocess.CompletedProcess) -> str:
         for line in done.stdout.splitlines()
         if line.startswith("submitted ")
     )
+
+
+def processes_with(setting: str) -> dict[int, str]:
+    """Live processes whose environment holds ``setting`` (``KEY=value``): pid -> process
+    group, state and command line."""
+    found = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            environ = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if setting.encode() in environ:
+            try:
+                stat = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+                command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:200]
+            except OSError:
+                continue
+            found[int(proc.name)] = f"state {stat[0]} ppid {stat[1]} pgid {stat[2]}: {command}"
+    return found

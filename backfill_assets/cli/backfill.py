@@ -10,6 +10,7 @@ summary, and runs ``dagster-daemon`` meanwhile if no daemon serves the instance.
 from __future__ import annotations
 
 import argparse
+import sys
 
 from backfill_assets.cli.main import CommandError
 from backfill_assets.settings import max_range_hours
@@ -142,6 +143,21 @@ def supervisor_of(settings, instance):
     return daemon.DaemonSupervisor(settings, instance, log_file)
 
 
+def interrupted_note(supervisor, release: str) -> str:
+    """What a command interrupted while following ``release`` leaves behind, in one line."""
+    ends = f"end it with `backfill-assets cancel --backfill {release}`"
+    if supervisor.code_server is None:  # another process runs the daemon: nothing stops
+        return (
+            f"interrupted: release {release} goes on under the instance's daemon (this "
+            f"command started none); follow it in the UI, or {ends}"
+        )
+    return (
+        f"interrupted: this command's daemon and code server are stopped, and with them the "
+        f"runs of release {release} they ran (a killed run publishes nothing); the release "
+        f"stays requested in the Dagster instance, holding its hours: {ends}"
+    )
+
+
 def _follow(
     settings,
     instance,
@@ -168,9 +184,13 @@ def _follow(
                 report_id=report_id,
                 supervisor=own,
             )
-    outcome = launch.follow(
-        instance, backfill_id=backfill_id, run_id=run_id, supervisor=supervisor, on_run=_show
-    )
+    try:
+        outcome = launch.follow(
+            instance, backfill_id=backfill_id, run_id=run_id, supervisor=supervisor, on_run=_show
+        )
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the supervisor stops what it started
+        print(interrupted_note(supervisor, backfill_id or run_id), file=sys.stderr)
+        raise
     failed = [r for r in outcome.runs if not r.success]
     print(
         f"{label} {outcome.backfill_id}: {outcome.status.lower()}, "

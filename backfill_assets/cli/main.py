@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import signal
 import sys
 
 from backfill_assets.publishing.ledger_file import LedgerUnavailable
@@ -138,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.verbose:  # the libraries' progress lines are not the operator's
         for name in QUIET_LOGGERS:
             logging.getLogger(name).setLevel(logging.WARNING)
+    signal.signal(signal.SIGTERM, _interrupt)  # unwind as for Ctrl-C: children stopped
     try:
         _preflight(args)
         return int(args.handler(args) or 0)
@@ -145,8 +147,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"backfill-assets {args.command}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        print(f"backfill-assets {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    """SIGTERM raises ``KeyboardInterrupt`` as SIGINT does: every ``with`` of the command
+    unwinds, so the daemon and code server it started (and the runs they ran) are stopped
+    before it exits, and a command following a release says what it left behind."""
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from backfill_assets.resources.backup_store import LocalBackupStore
 from backfill_assets.sensors.reconciliation import SENSOR_NAME
 from backfill_assets.settings import Settings
 from backfill_assets_dev.generator import generate_backups
+from backfill_assets_tests.real_backfill import processes_with
 
 pytestmark = pytest.mark.slow
 
@@ -188,24 +189,3 @@ def test_overlapping_cli_backfills_one_proceeds_the_other_is_refused_and_the_sen
     assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans))
     # the daemons (and code servers) the commands started are gone with them
     assert processes_with(f"DAGSTER_HOME={tmp_path / 'home'}") == {}
-
-
-def processes_with(setting: str) -> dict[int, str]:
-    """Live processes whose environment holds ``setting`` (``KEY=value``): pid -> process
-    group, state and command line."""
-    found = {}
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            environ = (proc / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if setting.encode() in environ:
-            try:
-                stat = (proc / "stat").read_text().rsplit(")", 1)[1].split()
-                command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:200]
-            except OSError:
-                continue
-            found[int(proc.name)] = f"state {stat[0]} ppid {stat[1]} pgid {stat[2]}: {command}"
-    return found

@@ -1,7 +1,9 @@
 """A real Dagster backfill (the CLI, its daemon, the run worker's Spark; every layer, the
 default partitions) over a 4-hour tree with one hostile case per folder
 (``backups/hostile.py``): the hours of the bomb and of the links and FIFO are held back,
-each naming its file in the CLI's output; the other hours are published (published +
+each naming its file in the CLI's output, and so are the hours of three hostile manifests
+(nested 100,000 deep, 1e400 bytes, 10^30 records), which ``reconcile`` names too; the
+other hours are published (published +
 quarantined = manifest records), the 300 MB line quarantined with its length, the
 2,000-file folder published whole; nothing outside the tree is opened. (The memory bound
 is held in-process: ``backups/test_hostile_backups.py``.)"""
@@ -37,12 +39,35 @@ pytestmark = pytest.mark.slow
 BIN = Path(sys.executable).parent / "backfill-assets"
 
 
+# Hostile manifests of client 2 in three more hours: each holds its hour back, in one line
+# naming the manifest; nothing else of the release fails.
+HOSTILE_MANIFESTS = {
+    "2026-11-20T04": ('{"client_id": 2, "deep": ' + "[" * 100_000 + "]" * 100_000 + "}", None),
+    "2026-11-20T05": (None, ("bytes", "1e400")),
+    "2026-11-20T06": (None, ("records", "1" + "0" * 30)),
+}
+
+
+def hostile_manifests(root: Path) -> None:
+    """Replace client 2's manifest of each ``HOSTILE_MANIFESTS`` hour."""
+    for hour, (text, change) in HOSTILE_MANIFESTS.items():
+        manifest = root / "raw" / f"date={hour[:10]}" / f"hour={hour[11:]}" / "client_id=2"
+        manifest /= "_MANIFEST.json"
+        if change is not None:
+            body = json.loads(manifest.read_text())
+            key, value = change
+            (body["files"][0] if key == "bytes" else body)[key] = "__HOSTILE__"
+            text = json.dumps(body).replace('"__HOSTILE__"', value)
+        manifest.write_text(text)
+
+
 def test_a_backfill_holds_back_the_hostile_hours_and_publishes_the_rest(tmp_path: Path):
     root = tmp_path / "backups"
     generate_backups(
-        root, start=HOURS[0], hours=4, clients=2, users_per_client=25, seed=11, workers=1
+        root, start=HOURS[0], hours=7, clients=2, users_per_client=25, seed=11, workers=1
     )
     found = hostile_tree(root, tmp_path / "outside")
+    hostile_manifests(root)
     env = {
         **os.environ,
         "BACKUP_ROOT": str(root),
@@ -52,7 +77,7 @@ def test_a_backfill_holds_back_the_hostile_hours_and_publishes_the_rest(tmp_path
         "DAGSTER_DISABLE_TELEMETRY": "1",
     }
     # the operator's command: every downstream layer, the default partitions
-    command = [str(BIN), "backfill", "--from", HOURS[0], "--to", HOURS[-1]]
+    command = [str(BIN), "backfill", "--from", HOURS[0], "--to", max(HOSTILE_MANIFESTS)]
     command += ["--reason", "hostile files"]
     try:
         process = subprocess.run(
@@ -82,11 +107,32 @@ def test_a_backfill_holds_back_the_hostile_hours_and_publishes_the_rest(tmp_path
         for line in held
     ), output[-4000:]
     assert not any(f"raw {h}" in line for line in held for h in (CLEAN_HOUR, LONG_HOUR))
+    for hour in HOSTILE_MANIFESTS:  # each named with its manifest, no traceback
+        assert any(
+            hour in line and "client_id=2/_MANIFEST.json" in line for line in output.splitlines()
+        ), (hour, output[-4000:])
+    # reconcile names those folders too, instead of crashing
+    reconciled = subprocess.run(
+        [str(BIN), "reconcile", "--from", HOURS[0], "--to", max(HOSTILE_MANIFESTS)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert reconciled.returncode == 1 and "Traceback" not in reconciled.stderr
+    for hour, detail in zip(
+        HOSTILE_MANIFESTS, ("nested too deep", "bytes must be", "records must be"), strict=True
+    ):
+        folder = f"hour={hour[11:]}/client_id=2/_MANIFEST.json"
+        assert any(folder in line and detail in line for line in reconciled.stdout.splitlines()), (
+            hour,
+            reconciled.stdout[-3000:],
+        )
     assert found.outside_file.stat().st_atime == found.outside_atime
 
     published = _published(tmp_path / "data", env)
     inventory = take_inventory(LocalBackupStore(root=str(root)), list(HOURS))
-    assert set(published["payloads"]) == {CLEAN_HOUR, LONG_HOUR}
+    assert set(published["payloads"]) == {CLEAN_HOUR, LONG_HOUR}  # none of the hostile hours
     for hour in (CLEAN_HOUR, LONG_HOUR):
         quarantined = published["quarantined"].get(hour, 0)
         assert published["payloads"][hour] + quarantined == inventory[hour].expected_records
