@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
@@ -198,3 +199,65 @@ def processes_with(setting: str) -> dict[int, str]:
                 continue
             found[int(proc.name)] = f"state {stat[0]} ppid {stat[1]} pgid {stat[2]}: {command}"
     return found
+
+
+@dataclass
+class MemoryCap:
+    """A memory cgroup of its own (v1 or v2) capping what the processes put in it use:
+    ``join`` (a ``preexec_fn``) puts a child in it, children of it inherit it; ``peak`` and
+    ``oom_kills`` are read once it is left (``memory_cap``)."""
+
+    path: Path
+    v2: bool
+    peak: int = 0
+    oom_kills: int = 0
+
+    def join(self) -> None:  # pragma: no cover - runs in the child before exec
+        (self.path / "cgroup.procs").write_text(str(os.getpid()))
+
+    def _read(self) -> None:
+        if self.v2:
+            self.peak = int((self.path / "memory.peak").read_text())
+            events = (self.path / "memory.events").read_text().split()
+        else:
+            self.peak = int((self.path / "memory.max_usage_in_bytes").read_text())
+            events = (self.path / "memory.oom_control").read_text().split()
+        pairs = dict(zip(events[::2], events[1::2], strict=False))
+        self.oom_kills = int(pairs.get("oom_kill", 0))
+
+
+def _memory_cgroup_root() -> tuple[Path, bool] | None:
+    """This process's memory cgroup directory and whether it is cgroup v2 (None if none)."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            return Path("/sys/fs/cgroup/memory") / path.lstrip("/"), False
+        if controllers == "" and Path("/sys/fs/cgroup/cgroup.controllers").exists():
+            return Path("/sys/fs/cgroup") / path.lstrip("/"), True
+    return None
+
+
+@contextmanager
+def memory_cap(limit_bytes: int, name: str) -> Iterator[MemoryCap]:
+    """A memory cgroup capped at ``limit_bytes`` for the processes started in the block
+    (``MemoryCap.join``); skips the test where this process may not create one (not root,
+    no memory controller). Its peak and OOM kills are read at the end of the block."""
+    import pytest
+
+    root = _memory_cgroup_root()
+    if root is None:
+        pytest.skip("no memory cgroup to cap a release's memory with")
+    base, v2 = root
+    path = base / f"{name}-{os.getpid()}"
+    try:
+        path.mkdir()
+        limit = "memory.max" if v2 else "memory.limit_in_bytes"
+        (path / limit).write_text(str(limit_bytes))
+    except OSError as exc:
+        pytest.skip(f"cannot create a memory cgroup under {base}: {exc}")
+    cap = MemoryCap(path, v2)
+    try:
+        yield cap
+    finally:
+        cap._read()
+        path.rmdir()  # its processes have exited (the block waited for them)

@@ -20,6 +20,19 @@ increase of more than ``BACKFILL_GATE_MAX_INCREASE`` when set (default off: grow
 repairs do, a client's late folder can double an hour; set it to catch, say, duplicated
 deliveries).
 
+Keys, not only counts: a repair keeps the payload ids an hour already had (it restores lost
+or late lines), a wrong tree of the same shape keeps none of them while its counts look
+the same. So the share of an hour's published payload ids (raw and transformed) that the
+candidate no longer has is gated too, beyond ``BACKFILL_GATE_MAX_REMOVED`` (default 0.1: an
+hour losing more than a tenth of its ids is another source or a bug, not a repair).
+Session ids are not gated so: a repair that restores a session's first payloads moves its
+start, hence its id, and the session hours reading a held raw hour are held with it::
+
+    raw 2026-11-20T00: payload ids 25 of 25 published not in the candidate (100%), over
+    the 10% limit
+
+One Spark job per table (partition pruning on hour and version, the key column read).
+
 Clients, not only totals: the raw gate also compares each client's rows in the hour (one
 Spark job counting ``client_id`` of the two versions, partition-pruned, one column read),
 so a client that vanishes behind a larger total (a wrong ``BACKUP_ROOT``: another source's
@@ -41,15 +54,25 @@ from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from pyspark.sql import Column, SparkSession
+from pyspark.sql import Column, SparkSession, Window
 from pyspark.sql import functions as F
 
 from backfill_assets.partitions import HOUR_FORMAT
 
 ENV_MAX_DECREASE = "BACKFILL_GATE_MAX_DECREASE"
 ENV_MAX_INCREASE = "BACKFILL_GATE_MAX_INCREASE"
+ENV_MAX_REMOVED = "BACKFILL_GATE_MAX_REMOVED"
 DEFAULT_MAX_DECREASE = 0.2
 DEFAULT_MAX_INCREASE = None  # growth is what repairs do (late or lost files restored)
+DEFAULT_MAX_REMOVED = 0.1  # a repair keeps the keys it had: it adds what was lost
+
+# The key of each gated shadow table whose removal is gated, and how findings name it.
+KEYED = {
+    "shadow.raw_payloads": ("payload_id", "payload ids"),
+    "shadow.transformed_payloads": ("payload_id", "payload ids"),
+}
+KEYS, KEYS_ONLY = "_keys", "_keys_only_here"  # a version's distinct keys, and those the
+# other version of its hour lacks (for the published version: the keys a candidate removes)
 PREFIX = "change gate: "  # how a gate's finding starts among an hour's held-back reasons
 
 Key = tuple[str, str]  # (hour, version)
@@ -88,10 +111,13 @@ class Limits:
 
     max_decrease: float = DEFAULT_MAX_DECREASE
     max_increase: float | None = DEFAULT_MAX_INCREASE  # None: growth is not gated
+    max_removed: float = DEFAULT_MAX_REMOVED  # share of the published keys
 
     def __post_init__(self):
         if not 0 <= self.max_decrease <= 1:
             raise ValueError(f"{ENV_MAX_DECREASE}={self.max_decrease}: expected 0..1")
+        if not 0 <= self.max_removed <= 1:
+            raise ValueError(f"{ENV_MAX_REMOVED}={self.max_removed}: expected 0..1")
         if self.max_increase is not None and self.max_increase < 0:
             raise ValueError(f"{ENV_MAX_INCREASE}={self.max_increase}: expected 0 or more")
 
@@ -99,7 +125,11 @@ class Limits:
     def from_env(cls, env: Mapping[str, str] | None = None) -> Limits:
         env = os.environ if env is None else env
         values = {}
-        for name, field in ((ENV_MAX_DECREASE, "max_decrease"), (ENV_MAX_INCREASE, "max_increase")):
+        for name, field in (
+            (ENV_MAX_DECREASE, "max_decrease"),
+            (ENV_MAX_INCREASE, "max_increase"),
+            (ENV_MAX_REMOVED, "max_removed"),
+        ):
             text = (env.get(name) or "").strip()
             if text.lower() == "off" and field == "max_increase":
                 values[field] = None
@@ -121,6 +151,17 @@ class Limits:
         moved = f"{_number(old)} -> {_number(new)}, {change:+.0%}"
         return f"{measure} {moved}, over the {limit:.0%} limit"
 
+    def removal(self, table_keys: str, old: Mapping[str, float]) -> str | None:
+        """The gate's finding if the candidate lacks more than ``max_removed`` of the keys
+        the published version (``old``, its measures) has (None within it)."""
+        total, removed = old.get(KEYS) or 0, old.get(KEYS_ONLY) or 0
+        if not total or removed / total <= self.max_removed:
+            return None
+        return (
+            f"{table_keys} {_number(removed)} of {_number(total)} published not in the "
+            f"candidate ({removed / total:.0%}), over the {self.max_removed:.0%} limit"
+        )
+
 
 def measure(
     spark: SparkSession, table: str, row_counts: Mapping[Key, int]
@@ -131,7 +172,7 @@ def measure(
     read), none for a table whose only measure is its row count."""
     counted = COUNTED.get(table)
     measures = _measures(table)
-    if not row_counts or not (counted or measures or table in CLIENT_GATED):
+    if not row_counts or not (counted or measures or table in CLIENT_GATED or table in KEYED):
         return {}
     found: dict[Key, dict] = {}
     if measures:
@@ -146,13 +187,48 @@ def measure(
         )
         found = {(r["hour"], r["version"]): r.asDict() for r in rows}
     clients = _client_rows(spark, table, row_counts) if table in CLIENT_GATED else {}
+    keys = _keys(spark, table, row_counts) if table in KEYED else {}
     return {
         key: {
             **({counted: float(row_counts.get(key) or 0)} if counted else {}),
             **{name: float(found.get(key, {}).get(name) or 0) for name in measures},
             **clients.get(key, {}),
+            **keys.get(key, {}),
         }
         for key in row_counts
+    }
+
+
+def _keys(
+    spark: SparkSession, table: str, row_counts: Mapping[Key, int]
+) -> dict[Key, dict[str, float]]:
+    """(hour, version) -> its distinct keys (``KEYS``) and those no other measured version
+    of its hour has (``KEYS_ONLY``): an hour's two versions here are the published one and
+    its candidate. One Spark job for the table (partition pruning on hour and version, the
+    key column read)."""
+    column = KEYED[table][0]
+    hours = sorted({h for h, _ in row_counts})
+    versions = sorted({v for _, v in row_counts})
+    distinct = (
+        spark.table(table)
+        .where(F.col("hour").isin(hours) & F.col("version").isin(versions))
+        .select("hour", "version", column)
+        .distinct()
+    )
+    holders = F.count(F.lit(1)).over(Window.partitionBy("hour", column))
+    rows = (
+        distinct.withColumn("_holders", holders)
+        .groupBy("hour", "version")
+        .agg(
+            F.count(F.lit(1)).alias(KEYS),
+            F.sum((F.col("_holders") == 1).cast("long")).alias(KEYS_ONLY),
+        )
+        .collect()
+    )
+    return {
+        (r["hour"], r["version"]): {KEYS: float(r[KEYS]), KEYS_ONLY: float(r[KEYS_ONLY] or 0)}
+        for r in rows
+        if (r["hour"], r["version"]) in row_counts
     }
 
 
@@ -230,13 +306,18 @@ def findings(
     old: Mapping[str, float],
     new: Mapping[str, float],
     known: Set[str] = frozenset(),
+    table: str = "",
 ) -> list[str]:
     """The gate's findings for one (layer, hour), in the form operators read: clients
     removed or unknown first (the first reason is the one a release's summary shows), then
-    the hour's measures, then clients' own changes. ``known``: the clients with published
-    rows near the hour (their appearance here is a repair)."""
+    the hour's measures, the published keys the candidate lacks, clients' own changes.
+    ``known``: the clients with published rows near the hour (their appearance here is a
+    repair); ``table``: the shadow table, naming its keys."""
     clients, totals, moved = [], [], []
+    removal = limits.removal(KEYED[table][1], old) if table in KEYED else None
     for name, was in old.items():
+        if name in (KEYS, KEYS_ONLY):
+            continue
         now = new.get(name, 0.0)
         if name.startswith(CLIENT) and was and not now:
             clients.append(f"{name} {_number(was)} -> 0, every row of the client removed")
@@ -249,7 +330,8 @@ def findings(
                     f"{CLIENT}{client} rows 0 -> {_number(new[f'{CLIENT}{client} rows'])}, "
                     f"a client with no published rows within {NEIGHBOURHOOD_HOURS} hours"
                 )
-    return [f"{layer} {hour}: {finding}" for finding in (*clients, *totals, *moved)]
+    removed = [removal] if removal else []
+    return [f"{layer} {hour}: {finding}" for finding in (*clients, *totals, *removed, *moved)]
 
 
 def _number(value: float) -> str:

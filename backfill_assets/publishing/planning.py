@@ -322,6 +322,7 @@ def _tables(facts: _Facts, layer: Layer, outcome: HourOutcome) -> None:
                 numbers.get((hour, before.get("version")), {}),
                 numbers.get((hour, outcome.version), {}),
                 facts.known.get(shadow, {}).get(hour, set()),
+                shadow,
             )
         outcome.tables[published] = {
             "previous_location": was,

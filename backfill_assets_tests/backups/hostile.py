@@ -144,15 +144,15 @@ class Hostile:
             fifo.close()
 
 
-def hostile_tree(root: Path, outside: Path) -> Hostile:
+def hostile_tree(root: Path, outside: Path, bomb_bytes: int = BOMB_BYTES) -> Hostile:
     """One hostile case per folder of a generated 4-hour tree (clients 1 and 2, ``HOURS``):
-    a 3 GiB bomb (00, client 1); a link to a file outside the tree and one to a FIFO
-    outside (01, client 1); a FIFO as the manifest (01, client 2); a 300 MB line between
-    two valid lines (03, client 1); and a folder of 2,000 one-line part files (03, client
-    3). Hour 02 is left clean."""
+    a bomb of ``bomb_bytes`` (3 GiB) (00, client 1); a link to a file outside the tree and
+    one to a FIFO outside (01, client 1); a FIFO as the manifest (01, client 2); a 300 MB
+    line between two valid lines (03, client 1); and a folder of 2,000 one-line part files
+    (03, client 3). Hour 02 is left clean."""
     rel = lambda p: str(p.relative_to(root))  # noqa: E731
     bomb_folder = folder_of(root, BOMB_HOUR, 1)
-    bomb = zstd_bomb(BOMB_BYTES)
+    bomb = zstd_bomb(bomb_bytes)
     (bomb_folder / HOSTILE_PART).write_bytes(bomb)
     add_to_manifest(bomb_folder, [entry(HOSTILE_PART, bomb, 1)])
 

@@ -197,7 +197,7 @@ def test_a_gate_holds_a_large_change_until_approved_and_lets_a_small_one_through
 
 
 def test_a_wrong_backup_root_never_publishes_and_a_late_folder_still_repairs(
-    spark, make_backups, run_release, tmp_path: Path
+    spark, make_backups, run_release, instance: dg.DagsterInstance, tmp_path: Path
 ):
     """After a release from a 2-client tree: an empty folder, an empty ``raw/`` and another
     source's tree of the same hours with one client fewer change nothing published, each
@@ -229,6 +229,41 @@ def test_a_wrong_backup_root_never_publishes_and_a_late_folder_still_repairs(
                     and "every row of the client removed" in f
                     for f in release.failures
                 ), release.failures
+
+    # another source's tree of the same shape (the same clients and hours, another seed):
+    # none of the published payload ids survive; held until approved, naming the share
+    same_shape = make_backups(hours=2, seed=5)
+    release = run_release(same_shape, SMALL, LARGE, layers=("raw",), downstream=False)
+    assert not release.success
+    assert partition_locations(spark, "raw.payloads") == before
+    published = instance.get_latest_materialization_event(dg.AssetKey(["release", "publish"]))
+    held = published.asset_materialization.metadata["held_back"].value
+    for hour in (SMALL, LARGE):
+        assert any(
+            f"change gate: raw {hour}: payload ids " in reason
+            and "published not in the candidate (100%), over the 10% limit" in reason
+            for reason in held[f"raw {hour}"]
+        ), held
+    approved = run_release(
+        same_shape,
+        SMALL,
+        LARGE,
+        publish_only=release.release_id,
+        publish_config={"approve": True, "approval_reason": "the source moved: new ids"},
+    )
+    assert approved.success, approved.failures
+    assert partition_locations(spark, "raw.payloads") != before
+    repaired = run_release(backups, SMALL, LARGE, layers=("raw",), downstream=False)
+    assert not repaired.success  # going back is a change of the same kind: approval again
+    back = run_release(
+        backups,
+        SMALL,
+        LARGE,
+        publish_only=repaired.release_id,
+        publish_config={"approve": True, "approval_reason": "back to the right source"},
+    )
+    assert back.success, back.failures
+    before = partition_locations(spark, "raw.payloads")
 
     # a client nobody has published near the hour appears: held, naming it
     stranger = make_backups(hours=2, clients=3)
