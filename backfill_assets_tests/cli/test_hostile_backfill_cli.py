@@ -36,6 +36,7 @@ from hostile import (
 
 from backfill_assets.backups.inventory import take_inventory
 from backfill_assets.resources.backup_store import LocalBackupStore
+from backfill_assets.sensors.findings import describe_hours
 from backfill_assets_dev.generator import generate_backups
 from backfill_assets_tests.real_backfill import memory_cap
 
@@ -159,6 +160,11 @@ def test_a_backfill_holds_back_the_hostile_hours_and_publishes_the_rest(tmp_path
         timeout=600,
     )
     assert reconciled.returncode == 1 and "Traceback" not in reconciled.stderr
+    # its health line counts the held-back hours as not published, never as healthy
+    [health] = [x for x in reconciled.stdout.splitlines() if x.strip().startswith("health raw:")]
+    held_hours = describe_hours({BOMB_HOUR, LINKS_HOUR, EMPTY_LINES_HOUR, *HOSTILE_MANIFESTS})
+    published_share = "25.0% of 8 hour(s) published and matching"  # the clean and long hours
+    assert f"{published_share}; 6 of 8 hour(s) not published: {held_hours};" in health, health
     for hour, detail in zip(
         HOSTILE_MANIFESTS, ("nested too deep", "bytes must be", "records must be"), strict=True
     ):
