@@ -60,8 +60,7 @@ def run_rollback(args: argparse.Namespace) -> int:
         "requested_by": requested_by,
     }
     settings, _defs, instance = _context(args)
-    if args.release:
-        refuse_unpublished(settings, args.release)
+    refuse_unpublished(settings, args.release, args.hour, LAYERS[args.layer])
     try:
         run_id = launch.submit_run(
             settings,
@@ -77,19 +76,29 @@ def run_rollback(args: argparse.Namespace) -> int:
     return _follow(settings, instance, "rollback", run_id=run_id)
 
 
-def refuse_unpublished(settings, release: str) -> None:
+def refuse_unpublished(settings, release: str | None, hour: str | None, layer) -> None:
     """Refuse, before anything is submitted, to roll back a release the ledger has no
-    committed publication of (an unknown id, a dry run never published)."""
+    committed publication of (an unknown id, a dry run never published), or an hour where
+    nothing of the layer was ever published."""
     from backfill_assets.publishing import audit
     from backfill_assets.publishing.ledger import COMMIT, PUBLISH
 
-    where = {"backfill_id": release, "mode": PUBLISH, "phase": COMMIT}
-    if not audit.rows(settings.warehouse_dir, audit.PUBLICATIONS, where):
+    where = {"mode": PUBLISH, "phase": COMMIT}
+    if release:
+        where["backfill_id"] = release
+    else:
+        where.update(hour=hour, table_name=list(layer.tables))
+    if audit.rows(settings.warehouse_dir, audit.PUBLICATIONS, where):
+        return
+    if release:
         raise CommandError(
             f"release {release} has no publication in the ledger: nothing to roll back "
             f"(is the id right? `backfill-assets report --backfill {release}` shows what a "
             f"release did)"
         )
+    raise CommandError(
+        f"nothing of the {layer.name} layer was ever published at {hour}: nothing to roll back"
+    )
 
 
 def run_verify(args: argparse.Namespace) -> int:

@@ -183,5 +183,9 @@ def test_rolling_back_a_release_the_ledger_never_published_is_refused(
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1, err
     assert "release zzzzzzzz has no publication in the ledger" in err
+    code = main(["rollback", "--hour", "2026-11-20T03", "--layer", "transformed", *wait])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "nothing of the transformed layer was ever published at 2026-11-20T03" in err
     with dg.DagsterInstance.from_config(str(tmp_path / "dagster_home")) as instance:
         assert instance.get_runs() == []  # nothing submitted
