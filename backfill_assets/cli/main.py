@@ -146,16 +146,19 @@ def main(argv: list[str] | None = None) -> int:
     except (CommandError, LedgerUnavailable) as exc:  # the ledger: missing, damaged, down
         print(f"backfill-assets {args.command}: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (``_interrupt``)
         print(f"backfill-assets {args.command}: interrupted", file=sys.stderr)
-        return 130
+        return 128 + (signal.SIGTERM if str(exc) == _TERMINATED else signal.SIGINT)
+
+
+_TERMINATED = "SIGTERM"
 
 
 def _interrupt(signum: int, frame: object) -> None:
     """SIGTERM raises ``KeyboardInterrupt`` as SIGINT does: every ``with`` of the command
     unwinds, so the daemon and code server it started (and the runs they ran) are stopped
     before it exits, and a command following a release says what it left behind."""
-    raise KeyboardInterrupt(f"signal {signum}")
+    raise KeyboardInterrupt(_TERMINATED)
 
 
 if __name__ == "__main__":

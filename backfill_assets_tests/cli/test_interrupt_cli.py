@@ -50,7 +50,7 @@ def test_sigterm_mid_release_leaves_no_process_and_says_what_is_left(tmp_path: P
             if release.poll() is None:
                 os.killpg(release.pid, signal.SIGKILL)
                 release.wait()
-    assert release.returncode == 130, out[-2000:] + err[-3000:]
+    assert release.returncode == 128 + signal.SIGTERM, out[-2000:] + err[-3000:]
     assert "Traceback" not in err, err[-3000:]
     # nothing of its instance is left: daemon, code server, run worker, Spark JVM
     assert processes_with(f"DAGSTER_HOME={env['DAGSTER_HOME']}") == {}
