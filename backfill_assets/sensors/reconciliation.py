@@ -37,7 +37,7 @@ from backfill_assets.names import Layer
 from backfill_assets.partitions import hour_range
 from backfill_assets.publishing.tables import table_key
 from backfill_assets.resources.backup_store import BackupStore
-from backfill_assets.sensors.findings import ReconcileConfig, digest
+from backfill_assets.sensors.findings import ReconcileConfig, describe_hours, digest
 from backfill_assets.sensors.orphans import fail_orphaned_runs
 from backfill_assets.sensors.run_requests import RangeRequest, Reconciliation
 from backfill_assets.sensors.state import (
@@ -330,15 +330,28 @@ def evaluate(
         health=health,
         cancelled=[*previous.cancelled, *(r.release_id for r in stopped)],
     ).dump()
+    missing = unpublished_note(result)
     if result.plan.requests:
         summary = f"{len(result.findings)} finding(s); releases requested ({request_id})"
     elif result.findings:
         summary = f"{len(result.findings)} finding(s), nothing new to request"
     else:
-        summary = NO_FINDINGS
-    summary += held_note(result, releases)
+        summary = "no findings in what is published" if missing else NO_FINDINGS
+    summary += missing + held_note(result, releases)
     sensor_result = dg.SensorResult(skip_reason=summary, asset_events=events, cursor=next_cursor)
     return Evaluation(result, sensor_result, request_id)
+
+
+def unpublished_note(result: Reconciliation) -> str:
+    """``; not published: raw H1..H2 (3 of 24 hour(s)), ...`` for the layers with hours of
+    the window that have no published version ("" when none): never healthy."""
+    parts = [
+        f"{layer} {describe_hours(h['unpublished'])} ({h['unpublished_hours']} of "
+        f"{h['hours']} hour(s))"
+        for layer, h in result.health().items()
+        if h["unpublished_hours"]
+    ]
+    return f"; not published: {'; '.join(parts)}" if parts else ""
 
 
 def ledger_refusal(settings: Settings) -> str | None:

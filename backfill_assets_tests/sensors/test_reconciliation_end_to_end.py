@@ -203,11 +203,20 @@ def test_before_the_late_files_land_the_sensor_sees_nothing_without_spark(
     # each layer's health, once (until it changes): every hour of the window in order
     health = {e.asset_key: e.metadata for e in evaluation.result.asset_events}
     assert set(health) == {table_key(layer.pairs[0][1]) for layer in registry.LAYERS.values()}
-    assert all(m["completeness"].value == 1.0 for m in health.values())
     assert all(m["damaged_hours"].value == 0 for m in health.values())
+    # the live release published raw only: the other layers' hours are not healthy, named
+    raw_key = table_key(registry.LAYERS["raw"].pairs[0][1])
+    assert health[raw_key]["completeness"].value == 1.0
+    assert health[raw_key]["unpublished_hours"].value == 0
+    for key, numbers in health.items():
+        if key != raw_key:
+            assert numbers["completeness"].value == 0.0
+            assert numbers["unpublished"].value == hour_range(FIRST, LAST)
     again = evaluate(scenario, scenario.backups, evaluation.result.cursor)
     assert again.result.asset_events == []  # nothing changed: nothing recorded
-    assert "no findings" in evaluation.result.skip_reason.skip_message
+    message = evaluation.result.skip_reason.skip_message
+    assert message.startswith("no findings in what is published; not published: ")
+    assert f"transformed {FIRST}..{LAST} (4 of 4 hour(s))" in message
     # the sensor itself: nothing to submit, no Spark
     use_cli_env(monkeypatch, scenario, scenario.backups)
     sensor = scenario.defs.resolve_sensor_def(SENSOR_NAME)
