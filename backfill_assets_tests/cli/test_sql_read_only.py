@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from backfill_assets.cli.main import main
-from backfill_assets.cli.sql import _calls_java, check_read_only
+from backfill_assets.cli.main import CommandError, main
+from backfill_assets.cli.sql import _calls_java, check_read_only, first_keyword
 from backfill_assets.publishing import audit
 from backfill_assets.publishing.audit import PUBLICATIONS
 from backfill_assets.publishing.tables import partition_locations
@@ -121,7 +121,12 @@ def test_writes_hidden_in_a_query_are_refused_and_change_nothing(
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1, (name, err)
         assert err.startswith("backfill-assets sql: refused, nothing was run: "), (name, err)
-        assert what in err and "read-only" in err, (name, err)
+        # no query at all is refused before Spark starts, naming its first keyword; Spark's
+        # parser refuses it too (the check behind it), naming what it would do
+        early = f"a statement starting with {first_keyword(statement)!r} is not a query"
+        assert (what in err or early in err) and "read-only" in err, (name, err)
+        with pytest.raises(CommandError, match=r"refused|not one valid statement"):
+            check_read_only(spark, statement)
     assert _state(spark, base_settings.warehouse_dir) == published
 
     # Queries and metadata reads still run.
