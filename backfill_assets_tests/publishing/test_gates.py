@@ -244,24 +244,17 @@ def test_a_wrong_backup_root_never_publishes_and_a_late_folder_still_repairs(
             and "published not in the candidate (100%), over the 10% limit" in reason
             for reason in held[f"raw {hour}"]
         ), held
-    approved = run_release(
-        same_shape,
-        SMALL,
-        LARGE,
-        publish_only=release.release_id,
-        publish_config={"approve": True, "approval_reason": "the source moved: new ids"},
-    )
+
+    def approve(root: Path, held_release: str, reason: str):
+        config = {"approve": True, "approval_reason": reason}
+        return run_release(root, SMALL, LARGE, publish_only=held_release, publish_config=config)
+
+    approved = approve(same_shape, release.release_id, "the source moved: new ids")
     assert approved.success, approved.failures
     assert partition_locations(spark, "raw.payloads") != before
     repaired = run_release(backups, SMALL, LARGE, layers=("raw",), downstream=False)
     assert not repaired.success  # going back is a change of the same kind: approval again
-    back = run_release(
-        backups,
-        SMALL,
-        LARGE,
-        publish_only=repaired.release_id,
-        publish_config={"approve": True, "approval_reason": "back to the right source"},
-    )
+    back = approve(backups, repaired.release_id, "back to the right source")
     assert back.success, back.failures
     before = partition_locations(spark, "raw.payloads")
 
