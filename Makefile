@@ -46,7 +46,7 @@ stack-deps:
 browser-deps:
 	@./deploy/browser-deps.sh
 
-# The demo's day is the partitions' span in the demo and the UI (backfill_assets/partitions.py):
+# The demo's day is the partitions' span in the demo and the UI (backfill_assets/core/hours.py):
 # the catalog and the launch dialog show its 24 hours. Set them to your data's hours.
 demo ui: export BACKFILL_PARTITIONS_START ?= 2026-11-20T00
 demo ui: export BACKFILL_PARTITIONS_END ?= 2026-11-21T00
@@ -76,7 +76,7 @@ bench-stack: install check-java stack-deps jvm-archive
 	$(BIN)/python -m backfill_assets_tests.stack.bench_scale $(BENCH_ARGS)
 
 ui: install check-java jvm-archive
-	$(BIN)/python -c 'from backfill_assets.instance import prepare_dagster_home as p; from backfill_assets.settings import Settings as S; print("DAGSTER_HOME:", p(S.from_env()))'
+	$(BIN)/python -c 'from backfill_assets.release.instance import prepare_dagster_home as p; from backfill_assets.settings import Settings as S; print("DAGSTER_HOME:", p(S.from_env()))'
 	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p $(or $(PORT),3000)
 
 lint: install

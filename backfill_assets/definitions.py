@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import dagster as dg
 
-from backfill_assets.checks.aggregated import aggregated_checks
-from backfill_assets.checks.published import published_checks
-from backfill_assets.checks.raw import raw_checks
-from backfill_assets.checks.transformed import transformed_checks
-from backfill_assets.layers.aggregated import aggregated_shadow
-from backfill_assets.layers.raw import raw_shadow
-from backfill_assets.layers.transformed import transformed_shadow
-from backfill_assets.publishing.assets import publish_release, published_tables
-from backfill_assets.publishing.cancel import record_cancellation_job
-from backfill_assets.publishing.erase import erase_job
-from backfill_assets.publishing.rollback import rollback_release_job
-from backfill_assets.publishing.vacuum import build_vacuum_schedule, vacuum_job
-from backfill_assets.resources import build_resources
-from backfill_assets.sensors.reconciliation import build_reconciliation_sensor
+from backfill_assets.defs.checks.aggregated import aggregated_checks
+from backfill_assets.defs.checks.published import published_checks
+from backfill_assets.defs.checks.raw import raw_checks
+from backfill_assets.defs.checks.transformed import transformed_checks
+from backfill_assets.defs.layers.aggregated import aggregated_shadow
+from backfill_assets.defs.layers.raw import raw_shadow
+from backfill_assets.defs.layers.transformed import transformed_shadow
+from backfill_assets.defs.publish.assets import publish_release, published_tables
+from backfill_assets.defs.publish.cancel import record_cancellation_job
+from backfill_assets.defs.publish.erase import erase_job
+from backfill_assets.defs.publish.rollback import rollback_release_job
+from backfill_assets.defs.publish.vacuum import build_vacuum_schedule, vacuum_job
+from backfill_assets.defs.resources import build_resources
+from backfill_assets.defs.sensors.reconciliation import build_reconciliation_sensor
 from backfill_assets.settings import Settings
 
 

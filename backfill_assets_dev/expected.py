@@ -16,13 +16,13 @@ from pathlib import Path
 
 import zstandard
 
-from backfill_assets.backups.contract import MANIFEST_NAME, Payload, Rejected, parse_line
-from backfill_assets.layers.windows import (
+from backfill_assets.core.backups.contract import MANIFEST_NAME, Payload, Rejected, parse_line
+from backfill_assets.core.hours import hour_range, parse_hour
+from backfill_assets.core.windows import (
     DEFAULT_LOOKAHEAD_HOURS,
     DEFAULT_LOOKBACK_HOURS,
     received_window,
 )
-from backfill_assets.partitions import hour_range, parse_hour
 from backfill_assets_dev.generator.truth import read_truth_folders, sessionize
 
 Delivery = tuple[str, Payload]  # (received hour, valid payload)

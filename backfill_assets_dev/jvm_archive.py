@@ -1,5 +1,5 @@
 """Making the class-data-sharing archive of the Spark driver's JVM (Java 17's AppCDS):
-``make jvm-archive``; the runtime maps it (``backfill_assets.resources.jvm_archive``).
+``make jvm-archive``; the runtime maps it (``backfill_assets.core.spark.jvm_archive``).
 
 A cold Spark driver spends most of its first 20-30 s loading and verifying classes
 (Spark, Hive's client, DataNucleus, Derby). ``make jvm-archive`` dumps the classes a
@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from backfill_assets.resources import jvm_archive as runtime
+from backfill_assets.core.spark import jvm_archive as runtime
 from backfill_assets.settings import Settings, java_home
 
 # What the archive is dumped from: a local session doing what runs do (Hive DDL on the
@@ -35,7 +35,7 @@ import sys
 from pathlib import Path
 from pyspark.sql import functions as F, Window
 from pyspark.sql import SparkSession
-from backfill_assets.resources.spark import spark_config
+from backfill_assets.core.spark.session import spark_config
 from backfill_assets.settings import Settings
 
 settings = Settings.from_env()

@@ -15,8 +15,9 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from backfill_assets import launch, tags
+from backfill_assets.core import names, plan, tags
 from backfill_assets.definitions import build_definitions
+from backfill_assets.release import keys, launch
 from backfill_assets.settings import Settings
 from backfill_assets_dev.generator import generate_backups
 
@@ -96,7 +97,7 @@ def spark(base_settings: Settings):
     import logging
 
     logging.getLogger("py4j").setLevel(logging.WARNING)  # no "closing" chatter at exit
-    from backfill_assets.resources.spark import spark_session
+    from backfill_assets.core.spark.session import spark_session
 
     session = spark_session(base_settings)
     yield session
@@ -121,7 +122,7 @@ def empty_ledger(warehouse_dir: str) -> None:
     """Every row of the ledger database deleted (its schema stays, at the newest revision),
     and its marker with them (a ledger that lost publications is otherwise refused)."""
     from backfill_assets import settings
-    from backfill_assets.publishing import audit, database, ledger_file
+    from backfill_assets.core.warehouse import audit, database, ledger_file
 
     with database.transaction(warehouse_dir) as connection:
         for table in audit.METADATA.sorted_tables:
@@ -220,9 +221,9 @@ def release_stages(layers: list[str], first: str, last: str, publish: bool) -> l
     layers over ``first..last`` in one run, the session layer over the session hours their
     windows touch (or ``first..last`` when it is the root) in the same run when those are
     the same hours, else in a second one; the publish step in the last run (its hours)."""
-    from backfill_assets.layers.windows import session_hours_touching
+    from backfill_assets.core.windows import session_hours_touching
 
-    received = [layer for layer in layers if layer in launch.RECEIVED_HOUR_LAYERS]
+    received = [layer for layer in layers if layer in names.RECEIVED_HOUR_LAYERS]
     session_span = session_hours_touching(first, last) if received else (first, last)
     stages: list[Stage] = []
     if received:
@@ -259,11 +260,11 @@ def execute_stages(
     summaries: list[launch.RunSummary] = []
     for stage_layers, first, last in stages:
         keys = [
-            k for layer in stage_layers if layer != PUBLISH for k in launch.layer_keys(defs, layer)
+            k for layer in stage_layers if layer != PUBLISH for k in keys.layer_keys(defs, layer)
         ]
         publishes = PUBLISH in stage_layers
         if publishes:
-            keys.append(launch.PUBLISH_KEY)
+            keys.append(keys.PUBLISH_KEY)
         stage_tags = {
             **run_tags,
             tags.RELEASE: release_id,
@@ -303,7 +304,7 @@ def execute_release(
     import uuid
 
     release_id = release_id or f"test-{uuid.uuid4().hex[:10]}"
-    chosen = launch.release_layers(list(layers), downstream=downstream)
+    chosen = plan.release_layers(list(layers), downstream=downstream)
     stages = release_stages(chosen, first, last, publish)
     run_tags = launch.request_tags(dry_run=not publish, extra=extra_tags)
     config = None
@@ -363,7 +364,7 @@ def write_backup_folder(
 
     import zstandard
 
-    from backfill_assets.partitions import backup_hour_path, parse_hour
+    from backfill_assets.core.hours import backup_hour_path, parse_hour
 
     folder = root / "raw" / backup_hour_path(hour) / f"client_id={client_id}"
     folder.mkdir(parents=True, exist_ok=True)
@@ -478,7 +479,7 @@ def read_tree_lines(root: Path) -> tuple[list[tuple], list[tuple]]:
 
     import zstandard
 
-    from backfill_assets.backups.contract import Rejected, parse_iso_ms, parse_line
+    from backfill_assets.core.backups.contract import Rejected, parse_iso_ms, parse_line
 
     valid, malformed = [], []
     for manifest in sorted((root / "raw").glob("date=*/hour=*/client_id=*/_MANIFEST.json")):

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import dagster as dg
 
-from backfill_assets import launch
-from backfill_assets.instance import prepare_dagster_home
-from backfill_assets.publishing.publisher import PROVISIONAL
-from backfill_assets.publishing.tables import table_key
-from backfill_assets.sensors.state import metadata_value
+from backfill_assets.core.warehouse.publisher import PROVISIONAL
+from backfill_assets.release import launch
+from backfill_assets.release.instance import prepare_dagster_home
+from backfill_assets.release.keys import table_key
+from backfill_assets.release.state import metadata_value
 from backfill_assets.settings import PROJECT_ROOT, Settings
 from backfill_assets_tests.stack.servers import Processes
 
@@ -126,8 +126,8 @@ def published_state(env: Mapping[str, str], tables: tuple[str, ...]) -> dict:
     Spark session of a process of its own (the embedded metastore serves one JVM)."""
     code = f"""
 import json
-from backfill_assets.publishing.tables import partition_locations, table_exists
-from backfill_assets.resources.spark import spark_session
+from backfill_assets.core.warehouse.tables import partition_locations, table_exists
+from backfill_assets.core.spark.session import spark_session
 from backfill_assets.settings import Settings
 
 spark = spark_session(Settings.from_env())

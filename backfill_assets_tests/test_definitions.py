@@ -9,13 +9,13 @@ from pathlib import Path
 import dagster as dg
 import yaml
 
-from backfill_assets.checks.published import RELEASE_GATE
+from backfill_assets.core.hours import hourly_partitions
+from backfill_assets.core.tags import PUBLISH_POOL
 from backfill_assets.definitions import build_definitions
-from backfill_assets.partitions import hourly_partitions
-from backfill_assets.publishing.assets import PUBLISH
-from backfill_assets.publishing.vacuum import SCHEDULE_ENV, VACUUM_JOB, VACUUM_SCHEDULE
+from backfill_assets.defs.checks.published import RELEASE_GATE
+from backfill_assets.defs.publish.assets import PUBLISH
+from backfill_assets.defs.publish.vacuum import SCHEDULE_ENV, VACUUM_JOB, VACUUM_SCHEDULE
 from backfill_assets.settings import PROJECT_ROOT
-from backfill_assets.tags import PUBLISH_POOL
 
 
 def test_one_entry_point_named_in_workspace_and_pyproject():
@@ -109,10 +109,11 @@ def test_dagster_cli_validates_the_code_location(tmp_path: Path):
 def test_layer_specs_name_the_shadow_assets_of_each_group(base_settings):
     """What a release rebuilds, from the layer specs alone (resources and sensors, which the
     definitions are built from, cannot build them) is each layer's Dagster group."""
-    from backfill_assets import launch
+    from backfill_assets.core import plan
+    from backfill_assets.release import keys
 
     defs = build_definitions(base_settings)
-    for layer in launch.LAYERS:
-        assert launch.spec_keys(layer) == launch.layer_keys(defs, layer), layer
-    everything = list(launch.LAYERS)
-    assert launch.release_keys(everything) == launch.release_selection(defs, everything)
+    for layer in plan.LAYERS:
+        assert keys.spec_keys(layer) == keys.layer_keys(defs, layer), layer
+    everything = list(plan.LAYERS)
+    assert keys.release_keys(everything) == keys.release_selection(defs, everything)

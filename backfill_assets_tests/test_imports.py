@@ -68,4 +68,4 @@ def test_an_upward_import_breaks_the_contract(tmp_path: Path):
     releases.write_text(releases.read_text() + "\nfrom backfill_assets import definitions\n")
     result = _lint_imports(tmp_path, tmp_path / "pyproject.toml")
     assert result.returncode != 0
-    assert "backfill_assets.resources.releases is not allowed to import" in result.stdout
+    assert "backfill_assets.defs.resources.releases is not allowed to import" in result.stdout

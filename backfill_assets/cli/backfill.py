@@ -105,7 +105,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _context(args: argparse.Namespace):
     from backfill_assets.definitions import build_definitions
-    from backfill_assets.instance import get_instance
+    from backfill_assets.release.instance import get_instance
     from backfill_assets.settings import Settings
 
     settings = Settings.from_env()
@@ -137,7 +137,7 @@ def supervisor_of(settings, instance):
     server's output go to ``$DAGSTER_HOME/logs/daemon.log``."""
     from pathlib import Path
 
-    from backfill_assets import daemon
+    from backfill_assets.release import daemon
 
     log_file = Path(settings.dagster_home) / "logs" / "daemon.log"
     return daemon.DaemonSupervisor(settings, instance, log_file)
@@ -171,7 +171,7 @@ def _follow(
     """Follow a backfill (or run) to its end, through ``supervisor`` (a new one if None);
     ``report_id``: the release its report is of (a publish's own backfill holds only the
     release gates: report the release it published)."""
-    from backfill_assets import launch
+    from backfill_assets.release import launch
 
     if supervisor is None:
         with supervisor_of(settings, instance) as own:
@@ -199,7 +199,7 @@ def _follow(
     )
     if report_id or backfill_id:
         print(f"report: backfill-assets report --backfill {report_id or backfill_id}")
-    from backfill_assets.holds import HELD_BY
+    from backfill_assets.release.holds import HELD_BY
 
     held = [f for r in outcome.runs for f in r.failures if HELD_BY in f]
     if held:  # refused at its first step: an earlier release holds its hours
@@ -217,7 +217,7 @@ def run_job(
     note: str = "",
 ) -> int:
     """Submit one run of a one-op ``job``, follow it, then print what its op logged."""
-    from backfill_assets import launch
+    from backfill_assets.release import launch
 
     settings, _defs, instance = _context(args)
     with supervisor_of(settings, instance) as supervisor:
@@ -241,8 +241,8 @@ def run_job(
 
 def validate_backfill(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     """The range's hours and the release's layers, or one line naming the bad argument."""
-    from backfill_assets import launch
-    from backfill_assets.partitions import InvalidHourError, range_hours
+    from backfill_assets.core import plan
+    from backfill_assets.core.hours import InvalidHourError, range_hours
 
     try:
         cap = args.max_hours
@@ -251,7 +251,7 @@ def validate_backfill(args: argparse.Namespace) -> tuple[list[str], list[str]]:
         if cap < 1:
             raise ValueError(f"--max-hours {cap}: the cap on a range's hours must be at least 1")
         hours = range_hours(args.first, args.last, cap)
-        layers = launch.release_layers(args.layers.split(","), downstream=not args.no_downstream)
+        layers = plan.release_layers(args.layers.split(","), downstream=not args.no_downstream)
     except (InvalidHourError, ValueError) as exc:
         raise CommandError(str(exc)) from None
     return hours, layers
@@ -260,10 +260,10 @@ def validate_backfill(args: argparse.Namespace) -> tuple[list[str], list[str]]:
 def release_hours(layers: list[str], first: str, last: str) -> list[str]:
     """Every hour a release rooted at ``first..last`` rebuilds, any layer (the session
     layer's hours reach past the root's)."""
-    from backfill_assets import launch
-    from backfill_assets.partitions import hour_range
+    from backfill_assets.core import plan
+    from backfill_assets.core.hours import hour_range
 
-    spans = launch.plan_ranges(layers, first, last)
+    spans = plan.plan_ranges(layers, first, last)
     return sorted({h for _, a, b in spans for h in hour_range(a, b)})
 
 
@@ -275,7 +275,7 @@ def refuse_if_held(
     Before submitting (``own`` None): any release in flight. After (``own``: the backfill
     just created): only one created earlier, and this one is cancelled first, so of two
     releases launched together exactly the first proceeds."""
-    from backfill_assets import holds, launch
+    from backfill_assets.release import holds, launch
 
     releases = holds.in_flight(instance)
     mine = next((r for r in releases if r.release_id == own), None) if own else None
@@ -295,7 +295,7 @@ def refuse_if_held(
 
 def run_backfill(args: argparse.Namespace) -> int:
     from backfill_assets.definitions import build_definitions
-    from backfill_assets.instance import get_instance
+    from backfill_assets.release.instance import get_instance
     from backfill_assets.settings import Settings
 
     hours, layers = validate_backfill(args)
@@ -309,8 +309,9 @@ def run_backfill(args: argparse.Namespace) -> int:
 
 
 def _run_backfill(args, hours: list[str], layers: list[str], context, supervisor) -> int:
-    from backfill_assets import launch, tags
-    from backfill_assets.text import one_line
+    from backfill_assets.core import tags
+    from backfill_assets.core.text import one_line
+    from backfill_assets.release import keys, launch
 
     settings, defs, instance = context
     extra = {}
@@ -319,21 +320,21 @@ def _run_backfill(args, hours: list[str], layers: list[str], context, supervisor
     if args.approve_changes:
         extra[tags.APPROVE_CHANGES] = "true"
     if "raw" in layers:  # the release reads backups: how long should it take?
-        from backfill_assets.reporting.estimate import estimate
-        from backfill_assets.resources import BACKUPS
+        from backfill_assets.defs.resources import BACKUPS
+        from backfill_assets.release.estimate import estimate
 
         guess = estimate(instance, defs.resources[BACKUPS], hours)
         print(guess.line())
         if guess.seconds is not None:
             extra[tags.ESTIMATE_SECONDS] = f"{guess.seconds:.0f}"
-    keys = launch.release_selection(defs, layers, publish=not args.dry_run)
+    selection = keys.release_selection(defs, layers, publish=not args.dry_run)
     kind = "dry run" if args.dry_run else "backfill"
     held = release_hours(layers, args.first, args.last)
     refuse_if_held(instance, held, f"{kind} {args.first}..{args.last}")
     try:
         backfill_id = launch.submit_backfill(
             settings,
-            keys,
+            selection,
             hours,
             launch.request_tags(
                 dry_run=args.dry_run,
@@ -359,8 +360,8 @@ def _run_backfill(args, hours: list[str], layers: list[str], context, supervisor
 
 
 def run_publish(args: argparse.Namespace) -> int:
-    from backfill_assets import launch, tags
-    from backfill_assets.partitions import InvalidHourError, hour_range
+    from backfill_assets.core import plan, tags
+    from backfill_assets.core.hours import InvalidHourError, hour_range
 
     config: dict = {}
     try:
@@ -372,7 +373,7 @@ def run_publish(args: argparse.Namespace) -> int:
         else:
             raise CommandError("name the release (--backfill ID) or its range (--from/--to)")
         if args.layers:
-            config["layers"] = launch.validate_layers(args.layers.split(","))
+            config["layers"] = plan.validate_layers(args.layers.split(","))
     except (InvalidHourError, ValueError) as exc:
         raise CommandError(str(exc)) from None
     if args.approve_changes:
@@ -384,8 +385,8 @@ def run_publish(args: argparse.Namespace) -> int:
 
 def validate_approve(args: argparse.Namespace) -> dict:
     """The publish config of an approval, or one line naming the bad argument."""
-    from backfill_assets import tags
-    from backfill_assets.partitions import InvalidHourError, hour_range, parse_hour
+    from backfill_assets.core import tags
+    from backfill_assets.core.hours import InvalidHourError, hour_range, parse_hour
 
     hours: list[str] = []
     try:
@@ -417,8 +418,8 @@ def run_approve(args: argparse.Namespace) -> int:
 def _publish_hours(instance, config: dict) -> list[str]:
     """The hours the publish step targets: the release's (the hours its runs built), or
     the range named; refused in one line when the release built nothing here."""
-    from backfill_assets.holds import release_hours
-    from backfill_assets.partitions import hour_range
+    from backfill_assets.core.hours import hour_range
+    from backfill_assets.release.holds import release_hours
 
     if not config.get("release_id"):
         return hour_range(config["first_hour"], config["last_hour"])
@@ -433,7 +434,8 @@ def _publish_hours(instance, config: dict) -> list[str]:
 
 def _submit_publish(args: argparse.Namespace, config: dict, title: str) -> int:
     """Submit ``release/publish`` with ``config`` as a backfill and follow it."""
-    from backfill_assets import launch, tags
+    from backfill_assets.core import tags
+    from backfill_assets.release import keys, launch
 
     settings, _defs, instance = _context(args)
     hours = _publish_hours(instance, config)
@@ -443,7 +445,7 @@ def _submit_publish(args: argparse.Namespace, config: dict, title: str) -> int:
         try:
             backfill_id = launch.submit_backfill(
                 settings,
-                [launch.PUBLISH_KEY],
+                [keys.PUBLISH_KEY],
                 hours,
                 launch.request_tags(
                     dry_run=False,

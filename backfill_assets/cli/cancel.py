@@ -34,8 +34,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _hours(instance, release_id: str, runs) -> str:
-    from backfill_assets import tags
-    from backfill_assets.holds import backfill_hours
+    from backfill_assets.core import tags
+    from backfill_assets.release.holds import backfill_hours
 
     backfill = instance.get_backfill(release_id)
     found = set(backfill_hours(backfill)) if backfill is not None else set()
@@ -50,8 +50,8 @@ def _stop(settings, instance, release: str) -> list:
     does), else terminate the runs it left queued, not started or running (a release of
     one run, or runs a finished backfill left behind: they hold their hours until then).
     Returns the runs it terminated; one line (exit 2) if there is nothing to stop."""
-    from backfill_assets import launch
-    from backfill_assets.holds import runs_left
+    from backfill_assets.release import launch
+    from backfill_assets.release.holds import runs_left
 
     backfill = instance.get_backfill(release)
     left = runs_left(instance, release)
@@ -78,9 +78,10 @@ def run_cancel(args: argparse.Namespace) -> int:
 
     import dagster as dg
 
-    from backfill_assets import launch, tags
     from backfill_assets.cli.backfill import _context, _follow
-    from backfill_assets.publishing.cancel import CANCEL_JOB
+    from backfill_assets.core import tags
+    from backfill_assets.defs.publish.cancel import CANCEL_JOB
+    from backfill_assets.release import launch
 
     try:
         release = tags.validate_release_id(args.release)

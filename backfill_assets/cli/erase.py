@@ -30,7 +30,7 @@ def validate(args: argparse.Namespace) -> dict:
     """The job's config (digest computed here), or one line naming the bad argument."""
     from datetime import datetime
 
-    from backfill_assets.publishing import erasure
+    from backfill_assets.core.warehouse import erasure
 
     if args.client < 0:
         raise CommandError("--client must not be negative")
@@ -57,9 +57,9 @@ def validate(args: argparse.Namespace) -> dict:
 def run_erase(args: argparse.Namespace) -> int:
     import getpass
 
-    from backfill_assets import tags
     from backfill_assets.cli.backfill import run_job
-    from backfill_assets.publishing.erase import ERASE_JOB, ERASE_OP
+    from backfill_assets.core import tags
+    from backfill_assets.defs.publish.erase import ERASE_JOB, ERASE_OP
 
     return run_job(
         args,

@@ -14,7 +14,7 @@ import logging
 import signal
 import sys
 
-from backfill_assets.publishing.ledger_file import LedgerUnavailable
+from backfill_assets.core.warehouse.ledger_file import LedgerUnavailable
 
 # Subcommand modules: of this package, or (the development commands, by their commands) of
 # the development package, which the code location's image does not carry.
@@ -81,7 +81,7 @@ def _register_missing(subparsers: argparse._SubParsersAction, command: str) -> N
 def _check_text_limits(args: argparse.Namespace) -> None:
     """A reason, ticket or requester past its limit is refused before anything is asked of
     Dagster or Spark (one line, exit code 2)."""
-    from backfill_assets import tags
+    from backfill_assets.core import tags
 
     names = {
         tags.REASON: "--reason",
@@ -102,8 +102,8 @@ def _check_text_limits(args: argparse.Namespace) -> None:
 def _preflight(args: argparse.Namespace) -> None:
     """Fail in seconds, in one line, on what the command would otherwise meet deep in
     Spark (paths, permissions, a metastore in use, a missing backup tree)."""
-    from backfill_assets import preflight
-    from backfill_assets.partitions import InvalidHourError, hour_range
+    from backfill_assets.core.hours import InvalidHourError, hour_range
+    from backfill_assets.core.spark import preflight
     from backfill_assets.settings import Settings
 
     _check_text_limits(args)

@@ -49,14 +49,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from backfill_assets import holds, launch
+    from backfill_assets.core.hours import InvalidHourError, hour_range
+    from backfill_assets.core.names import LAYERS
+    from backfill_assets.core.reconcile.findings import ReconcileConfig
     from backfill_assets.definitions import build_definitions
-    from backfill_assets.instance import get_instance
-    from backfill_assets.layers.registry import LAYERS
-    from backfill_assets.partitions import InvalidHourError, hour_range
-    from backfill_assets.resources import BACKUPS
-    from backfill_assets.sensors import state
-    from backfill_assets.sensors.findings import ReconcileConfig
+    from backfill_assets.defs.resources import BACKUPS
+    from backfill_assets.release import holds, keys, state
+    from backfill_assets.release.instance import get_instance
     from backfill_assets.settings import Settings
 
     if bool(args.first) != bool(args.last):
@@ -78,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         )
     layers = list(LAYERS.values())
     instance = get_instance(settings)
-    keys = {layer.name: launch.layer_keys(defs, layer.name) for layer in layers}
+    by_layer = {layer.name: keys.layer_keys(defs, layer.name) for layer in layers}
     if args.source == "ledger":
         published = state.published_from_ledger(settings.warehouse_dir, layers, window.hours)
     else:
@@ -90,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         window,
         config,
         source=args.source,
-        in_flight=holds.by_layer(holds.in_flight(instance), keys),
+        in_flight=holds.by_layer(holds.in_flight(instance), by_layer),
     )
     if args.format == "json":
         document = result.to_dict()

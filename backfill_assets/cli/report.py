@@ -56,11 +56,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from backfill_assets.instance import get_instance
-    from backfill_assets.layers.registry import LAYERS
-    from backfill_assets.names import Layer
-    from backfill_assets.reporting.diff import DiffCounts, diff_layer
-    from backfill_assets.reporting.report import ReportError, build_report
+    from backfill_assets.core.names import LAYERS, Layer
+    from backfill_assets.core.reporting.diff import DiffCounts, diff_layer
+    from backfill_assets.release.instance import get_instance
+    from backfill_assets.release.report import ReportError, build_report
     from backfill_assets.settings import Settings
 
     settings = Settings.from_env()
@@ -68,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
 
     def diff(layer: Layer, version: str, hours: list[str]) -> dict[str, dict[str, DiffCounts]]:
         if not sessions:
-            from backfill_assets.resources.spark import spark_session
+            from backfill_assets.core.spark.session import spark_session
 
             sessions.append(spark_session(settings))
         return diff_layer(sessions[0], layer.pairs, version, hours)

@@ -33,11 +33,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_rollback(args: argparse.Namespace) -> int:
     import getpass
 
-    from backfill_assets import launch, tags
     from backfill_assets.cli.backfill import _context, _follow
-    from backfill_assets.layers.registry import LAYERS
-    from backfill_assets.partitions import InvalidHourError, parse_hour
-    from backfill_assets.publishing.rollback import ROLLBACK_JOB
+    from backfill_assets.core import tags
+    from backfill_assets.core.hours import InvalidHourError, parse_hour
+    from backfill_assets.core.names import LAYERS
+    from backfill_assets.defs.publish.rollback import ROLLBACK_JOB
+    from backfill_assets.release import launch
 
     if args.layer not in LAYERS:
         raise CommandError(f"unknown layer {args.layer!r}; choose from {', '.join(LAYERS)}")
@@ -80,8 +81,8 @@ def refuse_unpublished(settings, release: str | None, hour: str | None, layer) -
     """Refuse, before anything is submitted, to roll back a release the ledger has no
     committed publication of (an unknown id, a dry run never published), or an hour where
     nothing of the layer was ever published."""
-    from backfill_assets.publishing import audit
-    from backfill_assets.publishing.ledger import COMMIT, PUBLISH
+    from backfill_assets.core.warehouse import audit
+    from backfill_assets.core.warehouse.ledger import COMMIT, PUBLISH
 
     where = {"mode": PUBLISH, "phase": COMMIT}
     if release:
@@ -102,9 +103,9 @@ def refuse_unpublished(settings, release: str | None, hour: str | None, layer) -
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    from backfill_assets.layers.registry import LAYERS
-    from backfill_assets.publishing import database, publisher
-    from backfill_assets.resources.spark import spark_session
+    from backfill_assets.core.names import LAYERS
+    from backfill_assets.core.spark.session import spark_session
+    from backfill_assets.core.warehouse import database, publisher
     from backfill_assets.settings import Settings
 
     settings = Settings.from_env()

@@ -301,8 +301,8 @@ JDBC_CATALOG = "org.apache.spark.sql.execution.datasources.v2.jdbc.JDBCTableCata
 def ledger_catalog(spark: SparkSession, warehouse_dir: str) -> None:
     """The ledger database as Spark's catalog ``audit``: ``audit.publications`` and the other
     audit tables are read from it through JDBC, joinable with the published tables."""
-    from backfill_assets.publishing import database
-    from backfill_assets.publishing.tables import AUDIT_DB
+    from backfill_assets.core.warehouse import database
+    from backfill_assets.core.warehouse.tables import AUDIT_DB
 
     spark.conf.set(f"spark.sql.catalog.{AUDIT_DB}", JDBC_CATALOG)
     for key, value in database.jdbc_options(warehouse_dir).items():
@@ -312,7 +312,7 @@ def ledger_catalog(spark: SparkSession, warehouse_dir: str) -> None:
 def run(args: argparse.Namespace) -> int:
     from pyspark.errors import PySparkException
 
-    from backfill_assets.resources.spark import spark_session
+    from backfill_assets.core.spark.session import spark_session
     from backfill_assets.settings import Settings
 
     precheck(args.query)  # most refusals need no Spark session

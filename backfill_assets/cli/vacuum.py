@@ -8,7 +8,7 @@ from backfill_assets.cli.main import CommandError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from backfill_assets.publishing import retention
+    from backfill_assets.core.warehouse import retention
 
     p = subparsers.add_parser(
         "vacuum",
@@ -41,9 +41,9 @@ def validate(args: argparse.Namespace) -> None:
 
 
 def run_vacuum(args: argparse.Namespace) -> int:
-    from backfill_assets import tags
     from backfill_assets.cli.backfill import run_job
-    from backfill_assets.publishing.vacuum import VACUUM_JOB, VACUUM_OP
+    from backfill_assets.core import tags
+    from backfill_assets.defs.publish.vacuum import VACUUM_JOB, VACUUM_OP
 
     note = " (dry run)" if args.dry_run else ""
     return run_job(

@@ -21,17 +21,17 @@ from dataclasses import asdict, dataclass, field
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from backfill_assets.checks.schemas import HOUR_OF
-from backfill_assets.layers.aggregated import SOURCE_TABLE
-from backfill_assets.layers.sessions import (
+from backfill_assets.core.hours import hour_range, hours_between, shift_hour
+from backfill_assets.core.layers.schemas import HOUR_OF
+from backfill_assets.core.layers.sessions import (
     PAYLOAD_COLUMNS,
     epoch_hour_of,
     epoch_of,
     hour_of_epoch,
     sessionize,
 )
-from backfill_assets.partitions import hour_range, hours_between, shift_hour
-from backfill_assets.publishing.tables import published_hours
+from backfill_assets.core.warehouse.tables import published_hours
+from backfill_assets.defs.layers.aggregated import SOURCE_TABLE
 
 MATCH_KEYS = [
     "client_id",

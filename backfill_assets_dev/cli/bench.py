@@ -119,7 +119,7 @@ def run_release(root: Path, backups: Path, home: Path, name: str, first: str, ho
     its metastore, the later ones repair a live warehouse, as an operator's do."""
     import dagster as dg
 
-    from backfill_assets.partitions import shift_hour
+    from backfill_assets.core.hours import shift_hour
     from backfill_assets_dev.cli.bench_release import read_release
 
     env = bench_env(backups, home.with_name(f"{home.name}_data"), home, first)
@@ -132,7 +132,7 @@ def run_release(root: Path, backups: Path, home: Path, name: str, first: str, ho
 
 
 def run_plain_process(root: Path, backups: Path, name: str, first: str, hours: int) -> Timed:
-    from backfill_assets.partitions import shift_hour
+    from backfill_assets.core.hours import shift_hour
 
     last = shift_hour(first, hours - 1)
     env = bench_env(backups, root / f"plain-{name}" / "data", root / f"plain-{name}", first)

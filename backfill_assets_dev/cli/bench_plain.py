@@ -25,8 +25,8 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from backfill_assets.backups.contract import DEVICES, EVENT_TYPES
-from backfill_assets.partitions import backup_hour_path
+from backfill_assets.core.backups.contract import DEVICES, EVENT_TYPES
+from backfill_assets.core.hours import backup_hour_path
 
 _SCHEMA = (
     "schema_version bigint, payload_id string, client_id bigint, user_id string, "
@@ -170,8 +170,8 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    from backfill_assets.partitions import hours_between
-    from backfill_assets.resources.spark import spark_session
+    from backfill_assets.core.hours import hours_between
+    from backfill_assets.core.spark.session import spark_session
     from backfill_assets.settings import Settings
 
     backups, out, first, last = Path(args[0]).resolve(), Path(args[1]).resolve(), *args[2:]

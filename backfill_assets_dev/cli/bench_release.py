@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 
 import dagster as dg
 
-from backfill_assets import tags
-from backfill_assets.resources.spark import (
+from backfill_assets.core import tags
+from backfill_assets.core.spark.session import (
     DRIVER_PEAK_BYTES,
     SPARK_START_SECONDS,
     SPARK_STARTED_AT,

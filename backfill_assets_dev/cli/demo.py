@@ -3,7 +3,7 @@
 1. generate a day of backups for several clients (fixed seed) in ``BACKUP_ROOT``, with an
    outage: some clients' folders of a few hours are held back (they land late);
 2. run the live pipeline over the day: one release (a Dagster asset backfill of every
-   layer of ``launch.LAYERS`` and ``release/publish``, mode ``live``);
+   layer of ``plan.LAYERS`` and ``release/publish``, mode ``live``);
 3. a tick of the reconciliation sensor: nothing to see, a client with no folder looks
    like a client with no traffic;
 4. the late files land;
@@ -50,10 +50,10 @@ from backfill_assets.cli.main import CommandError
 if TYPE_CHECKING:
     import dagster as dg
 
-    from backfill_assets.daemon import DaemonSupervisor
-    from backfill_assets.launch import BackfillOutcome, RunSummary
-    from backfill_assets.names import Layer
-    from backfill_assets.reporting.render import BackfillReport
+    from backfill_assets.core.names import Layer
+    from backfill_assets.core.reporting.render import BackfillReport
+    from backfill_assets.release.daemon import DaemonSupervisor
+    from backfill_assets.release.launch import BackfillOutcome, RunSummary
     from backfill_assets.settings import Settings
     from backfill_assets_dev.expected import Delivery
 
@@ -148,9 +148,9 @@ def _label(run: RunSummary) -> str:
     """The layers a run built (from its shadow assets), or ``publish``."""
     import dagster as dg
 
-    from backfill_assets.launch import LAYERS, PUBLISH_KEY
-    from backfill_assets.layers.registry import LAYERS as REGISTRY
-    from backfill_assets.publishing.tables import table_name
+    from backfill_assets.core.names import LAYERS as REGISTRY
+    from backfill_assets.core.plan import LAYERS
+    from backfill_assets.release.keys import PUBLISH_KEY, table_name
 
     tables = {table_name(dg.AssetKey.from_user_string(asset)) for asset in run.assets}
     names = [
@@ -169,7 +169,7 @@ def _show(run: RunSummary) -> None:
     span = run.partition_range
     if ".." in span:
         first, last = span.split("..")
-        from backfill_assets.partitions import hour_range
+        from backfill_assets.core.hours import hour_range
 
         span = f"{span} ({len(hour_range(first, last)):>2} h)"
     print(
@@ -185,7 +185,7 @@ def _show(run: RunSummary) -> None:
 def _follow(
     instance: dg.DagsterInstance, supervisor: DaemonSupervisor, backfill_id: str
 ) -> BackfillOutcome:
-    from backfill_assets import launch
+    from backfill_assets.release import launch
 
     outcome = launch.follow(instance, backfill_id=backfill_id, supervisor=supervisor, on_run=_show)
     print(
@@ -207,12 +207,12 @@ class Tick:
 
     @property
     def clean(self) -> bool:
-        from backfill_assets.sensors.reconciliation import NO_FINDINGS
+        from backfill_assets.defs.sensors.reconciliation import NO_FINDINGS
 
         return self.status != "FAILURE" and self.message == NO_FINDINGS
 
     def lines(self) -> list[str]:
-        from backfill_assets.sensors.reconciliation import DRIFT, OBSERVATION, RESOLVED
+        from backfill_assets.defs.sensors.reconciliation import DRIFT, OBSERVATION, RESOLVED
 
         failed = self.status == "FAILURE"
         out = [f"tick FAILED: {self.message}" if failed else f"tick: {self.message}"]
@@ -247,9 +247,9 @@ def _sensor_tick(
     daemon's tick, reset the sensor to its declared status; what the tick did."""
     import dagster as dg
 
-    from backfill_assets import tags
-    from backfill_assets.publishing.tables import table_key
-    from backfill_assets.sensors.reconciliation import SENSOR_NAME
+    from backfill_assets.core import tags
+    from backfill_assets.defs.sensors.reconciliation import SENSOR_NAME
+    from backfill_assets.release.keys import table_key
 
     began = time.time()
     supervisor.ensure()
@@ -315,8 +315,8 @@ def run(args: argparse.Namespace) -> int:
         f"{settings.data_root}\n  DAGSTER_HOME {settings.dagster_home}\n  run logs     "
         f"{log_path}"
     )
-    from backfill_assets import daemon
-    from backfill_assets.instance import get_instance
+    from backfill_assets.release import daemon
+    from backfill_assets.release.instance import get_instance
 
     with _quiet(log_path):
         instance = get_instance(settings)
@@ -333,16 +333,17 @@ def _demo(
     instance: dg.DagsterInstance,
     supervisor: DaemonSupervisor,
 ) -> int:
-    from backfill_assets import launch, tags
+    from backfill_assets.core import plan, tags
+    from backfill_assets.core.hours import hour_range
+    from backfill_assets.core.names import LAYERS
     from backfill_assets.definitions import build_definitions
-    from backfill_assets.layers.registry import LAYERS
-    from backfill_assets.partitions import hour_range
-    from backfill_assets.reporting.report import BackfillReport, build_report
+    from backfill_assets.release import keys, launch
+    from backfill_assets.release.report import BackfillReport, build_report
     from backfill_assets_dev import expected
     from backfill_assets_dev.generator import generate_backups, land_held_back
 
     step = _Steps()
-    layers = [LAYERS[name] for name in launch.LAYERS if name in LAYERS]
+    layers = [LAYERS[name] for name in plan.LAYERS if name in LAYERS]
     day = hour_range(START, LAST)
 
     with step(
@@ -378,10 +379,10 @@ def _demo(
     with step("live run", "Live pipeline over the day (the outage goes unnoticed)"):
         # One release over the day; the session hours at the day's edges read hours
         # outside the backup tree, which the IO manager reads as empty.
-        chosen = launch.release_layers([launch.LAYERS[0]])
+        chosen = plan.release_layers([plan.LAYERS[0]])
         live_id = launch.submit_backfill(
             settings,
-            launch.release_selection(defs, chosen),
+            keys.release_selection(defs, chosen),
             day,
             launch.request_tags(
                 dry_run=False,
@@ -474,8 +475,8 @@ def _truth_lines(
     report: BackfillReport,
 ) -> tuple[list[str], bool]:
     """The published numbers against the ground truth, and whether they all match."""
-    from backfill_assets.partitions import hour_range
-    from backfill_assets.sensors.state import published_from_instance
+    from backfill_assets.core.hours import hour_range
+    from backfill_assets.release.state import published_from_instance
     from backfill_assets_dev import expected
 
     day = hour_range(START, LAST)
@@ -555,7 +556,7 @@ def control_sensor(settings: Settings, name: str, *actions: str) -> str:
     """Do what the UI's sensor buttons do, in order, in one GraphQL request: ``clear_cursor``,
     ``start``, ``reset`` (to the default status its code declares). Returns the sensor's
     status afterwards (``RUNNING`` or ``STOPPED``)."""
-    from backfill_assets import launch
+    from backfill_assets.release import launch
 
     unknown = [a for a in actions if a not in _SENSOR_ACTIONS]
     if unknown or not actions:

@@ -48,7 +48,7 @@ def _at_least(minimum: int) -> Callable[[str], int]:
 
 def _hour(text: str) -> str:
     """argparse type: an hour key ``YYYY-MM-DDTHH`` (UTC)."""
-    from backfill_assets.partitions import InvalidHourError, parse_hour  # imports dagster
+    from backfill_assets.core.hours import InvalidHourError, parse_hour  # imports dagster
 
     try:
         parse_hour(text)

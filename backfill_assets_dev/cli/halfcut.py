@@ -58,8 +58,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from pyspark.errors import PySparkException
 
-    from backfill_assets.partitions import InvalidHourError, hour_range
-    from backfill_assets.resources.spark import spark_session
+    from backfill_assets.core.hours import InvalidHourError, hour_range
+    from backfill_assets.core.spark.session import spark_session
     from backfill_assets.settings import Settings
     from backfill_assets_dev.analysis import halfcut
 

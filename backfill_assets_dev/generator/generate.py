@@ -32,13 +32,13 @@ from typing import Any
 import numpy as np
 import zstandard
 
-from backfill_assets.backups.contract import (
+from backfill_assets.core.backups.contract import (
     DEVICES,
     EVENT_TYPES,
     MANIFEST_NAME,
     PART_FILE_SUFFIX,
 )
-from backfill_assets.partitions import InvalidHourError, backup_hour_path, hour_range, parse_hour
+from backfill_assets.core.hours import InvalidHourError, backup_hour_path, hour_range, parse_hour
 from backfill_assets.settings import is_uri
 from backfill_assets_dev.generator import truth
 from backfill_assets_dev.generator.junk import ENCODING_ERRORS, malformed_line

@@ -12,7 +12,7 @@ import json
 
 import numpy as np
 
-from backfill_assets.backups.contract import format_iso_ms
+from backfill_assets.core.backups.contract import format_iso_ms
 
 HOUR_MS = 3_600_000
 ENCODING_ERRORS = "surrogateescape"

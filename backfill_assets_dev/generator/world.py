@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from backfill_assets.backups.contract import DEVICES, EVENT_TYPES
+from backfill_assets.core.backups.contract import DEVICES, EVENT_TYPES
 
 HOUR_MS = 3_600_000
 DAY_MS = 24 * HOUR_MS

@@ -5,7 +5,7 @@ from datetime import UTC, datetime
 import pytest
 
 from backfill_assets.cli.main import main
-from backfill_assets.partitions import hour_range, shift_hour
+from backfill_assets.core.hours import hour_range, shift_hour
 from backfill_assets_dev.analysis.halfcut import analyse, format_table
 from backfill_assets_dev.generator import generate_backups
 from backfill_assets_dev.generator.truth import read_truth_payloads, sessionize

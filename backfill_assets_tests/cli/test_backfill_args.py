@@ -59,7 +59,7 @@ def test_a_range_past_the_newest_partition_is_refused_before_anything_runs(
     newest complete hour is refused in one line, naming the newest partition."""
     from datetime import UTC, datetime, timedelta
 
-    from backfill_assets.partitions import PARTITIONS_END, hour_key, hourly_partitions
+    from backfill_assets.core.hours import PARTITIONS_END, hour_key, hourly_partitions
 
     if PARTITIONS_END is not None:
         pytest.skip("the suite's partitions end at a fixed hour")
@@ -88,7 +88,7 @@ def test_vacuum_arguments_are_a_valid_config_of_the_vacuum_job(base_settings):
 
     from backfill_assets.cli.vacuum import register, vacuum_config
     from backfill_assets.definitions import build_definitions
-    from backfill_assets.publishing.vacuum import VACUUM_JOB, VACUUM_OP
+    from backfill_assets.defs.publish.vacuum import VACUUM_JOB, VACUUM_OP
 
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers())

@@ -18,13 +18,13 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from backfill_assets import tags
+from backfill_assets.core import tags
+from backfill_assets.core.backups.store import LocalBackupStore
 from backfill_assets.definitions import build_definitions
-from backfill_assets.holds import HELD_BY, in_flight
-from backfill_assets.instance import get_instance
-from backfill_assets.publishing.assets import PUBLISH
-from backfill_assets.resources.backup_store import LocalBackupStore
-from backfill_assets.sensors.reconciliation import SENSOR_NAME
+from backfill_assets.defs.publish.assets import PUBLISH
+from backfill_assets.defs.sensors.reconciliation import SENSOR_NAME
+from backfill_assets.release.holds import HELD_BY, in_flight
+from backfill_assets.release.instance import get_instance
 from backfill_assets.settings import Settings
 from backfill_assets_dev.generator import generate_backups
 from backfill_assets_tests.real_backfill import processes_with

@@ -94,7 +94,7 @@ def test_a_release_breakdown_adds_up_to_its_wall_time():
     happened in, the rest of each run's steps is its layer's."""
     import dagster as dg
 
-    from backfill_assets.resources.spark import (
+    from backfill_assets.core.spark.session import (
         DRIVER_PEAK_BYTES,
         SPARK_START_SECONDS,
         SPARK_STARTED_AT,

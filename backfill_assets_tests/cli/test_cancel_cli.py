@@ -16,13 +16,13 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from backfill_assets import faults, tags
+from backfill_assets.core import faults, tags
+from backfill_assets.core.backups.store import LocalBackupStore
+from backfill_assets.core.warehouse import audit
 from backfill_assets.definitions import build_definitions
-from backfill_assets.instance import get_instance
-from backfill_assets.publishing import audit
-from backfill_assets.publishing.tables import table_key
-from backfill_assets.resources.backup_store import LocalBackupStore
-from backfill_assets.sensors.reconciliation import SENSOR_NAME
+from backfill_assets.defs.sensors.reconciliation import SENSOR_NAME
+from backfill_assets.release.instance import get_instance
+from backfill_assets.release.keys import table_key
 from backfill_assets.settings import Settings
 from backfill_assets_dev.generator import generate_backups
 from backfill_assets_tests.conftest import fault_pause

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from backfill_assets.backups.contract import MANIFEST_NAME
 from backfill_assets.cli.main import main
+from backfill_assets.core.backups.contract import MANIFEST_NAME
 
 SMALL = ["--hours", "2", "--clients", "2", "--users-per-client", "10", "--seed", "3"]
 

@@ -16,10 +16,11 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from backfill_assets import launch, tags
+from backfill_assets.core import tags
 from backfill_assets.definitions import build_definitions
-from backfill_assets.holds import HELD_BY, in_flight
-from backfill_assets.instance import prepare_dagster_home
+from backfill_assets.release import keys, launch
+from backfill_assets.release.holds import HELD_BY, in_flight
+from backfill_assets.release.instance import prepare_dagster_home
 from backfill_assets.settings import Settings
 from backfill_assets_dev.generator import generate_backups
 from backfill_assets_tests.real_backfill import cli, cli_env, shared_daemon
@@ -38,7 +39,7 @@ def queue_single_run(settings: Settings, first: str, last: str) -> str:
             "repositoryLocationName": launch.LOCATION,
             "repositoryName": launch.REPOSITORY,
             "jobName": "__ASSET_JOB",
-            "assetSelection": [{"path": list(k.path)} for k in launch.layer_keys(defs, "raw")],
+            "assetSelection": [{"path": list(k.path)} for k in keys.layer_keys(defs, "raw")],
         },
         "runConfigData": {},
         "executionMetadata": {
@@ -86,7 +87,7 @@ def test_a_queued_run_holds_until_cancelled_and_a_ui_release_is_refused_at_its_f
         defs = build_definitions(settings)
         ui = launch.submit_backfill(
             settings,
-            launch.release_selection(defs, ["raw"]),
+            keys.release_selection(defs, ["raw"]),
             ["2026-11-20T01", "2026-11-20T02"],
             launch.request_tags(dry_run=False, reason="from the UI"),
             title="from the UI",

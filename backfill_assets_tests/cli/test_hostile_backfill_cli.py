@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "backups"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "core" / "backups"))
 from hostile import (
     BOMB_HOUR,
     CLEAN_HOUR,
@@ -34,9 +34,9 @@ from hostile import (
     zstd_bomb,
 )
 
-from backfill_assets.backups.inventory import take_inventory
-from backfill_assets.resources.backup_store import LocalBackupStore
-from backfill_assets.sensors.findings import describe_hours
+from backfill_assets.core.backups.inventory import take_inventory
+from backfill_assets.core.backups.store import LocalBackupStore
+from backfill_assets.core.reconcile.findings import describe_hours
 from backfill_assets_dev.generator import generate_backups
 from backfill_assets_tests.real_backfill import memory_cap
 
@@ -195,7 +195,7 @@ def _published(data: Path, env: dict[str, str]) -> dict:
     code = """
 import json
 from pyspark.sql import functions as F
-from backfill_assets.resources.spark import spark_session
+from backfill_assets.core.spark.session import spark_session
 from backfill_assets.settings import Settings
 
 spark = spark_session(Settings.from_env())

@@ -13,8 +13,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from backfill_assets.partitions import hours_between
-from backfill_assets.publishing.tables import table_key
+from backfill_assets.core.hours import hours_between
+from backfill_assets.release.keys import table_key
 from backfill_assets_dev.generator import generate_backups
 from backfill_assets_tests.real_backfill import (
     backfill_id_of,

@@ -14,9 +14,9 @@ import pytest
 
 from backfill_assets.cli.main import CommandError, main
 from backfill_assets.cli.sql import _calls_java, check_read_only, first_keyword
-from backfill_assets.publishing import audit
-from backfill_assets.publishing.audit import PUBLICATIONS
-from backfill_assets.publishing.tables import partition_locations
+from backfill_assets.core.warehouse import audit
+from backfill_assets.core.warehouse.audit import PUBLICATIONS
+from backfill_assets.core.warehouse.tables import partition_locations
 
 FIRST, LAST = "2026-11-20T00", "2026-11-20T01"
 

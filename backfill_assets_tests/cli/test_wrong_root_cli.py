@@ -89,7 +89,7 @@ def _per_client(data: Path, env: dict[str, str]) -> dict[tuple[str, int], int]:
     metastore serves one process at a time)."""
     code = """
 import json
-from backfill_assets.resources.spark import spark_session
+from backfill_assets.core.spark.session import spark_session
 from backfill_assets.settings import Settings
 
 spark = spark_session(Settings.from_env())

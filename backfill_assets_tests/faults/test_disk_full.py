@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from backfill_assets.layers.registry import LAYERS
+from backfill_assets.core.names import LAYERS
 from backfill_assets.settings import LEDGER_URL_ENV
 from backfill_assets_dev.generator import generate_backups
 from backfill_assets_tests.real_backfill import (

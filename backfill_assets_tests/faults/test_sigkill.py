@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from backfill_assets import faults
+from backfill_assets.core import faults
 from backfill_assets_dev.generator import generate_backups
 from backfill_assets_tests.conftest import kill_at_fault
 
@@ -34,10 +34,10 @@ sys.path.insert(0, {str(TESTS.parent)!r})
 import dagster as dg
 from backfill_assets.definitions import build_definitions
 from backfill_assets_dev.generator import land_held_back
-from backfill_assets.layers.registry import LAYERS
-from backfill_assets.publishing import publisher
-from backfill_assets.publishing.tables import partition_locations
-from backfill_assets.resources.spark import spark_session
+from backfill_assets.core.names import LAYERS
+from backfill_assets.core.warehouse import publisher
+from backfill_assets.core.warehouse.tables import partition_locations
+from backfill_assets.core.spark.session import spark_session
 from backfill_assets.settings import Settings
 from backfill_assets_tests.conftest import execute_release
 

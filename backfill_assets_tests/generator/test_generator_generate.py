@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import zstandard
 
-from backfill_assets.backups.contract import (
+from backfill_assets.core.backups.contract import (
     MANIFEST_NAME,
     Rejected,
     format_iso_ms,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from backfill_assets.backups.contract import MANIFEST_NAME, Payload, parse_iso_ms
+from backfill_assets.core.backups.contract import MANIFEST_NAME, Payload, parse_iso_ms
 from backfill_assets_dev.generator import (
     SESSION_GAP_MS,
     generate_backups,

@@ -147,7 +147,7 @@ def start_servers(processes: servers.Processes, root: Path, base: dict[str, str]
     }
     setups = {}
     for storage, (backup_root, data_root) in roots.items():
-        from backfill_assets.resources.spark import s3a_conf
+        from backfill_assets.core.spark.session import s3a_conf
 
         jdbc = "jdbc:postgresql://" + postgres.split("@", 1)[1] + f"/metastore_{storage}"
         servers.create_metastore_schema(jdbc, root / f"schema-{storage}", logs / "schema.log")
@@ -182,7 +182,7 @@ def time_release(root: Path, env: dict[str, str], name: str, hours: int):
     instance (``bench_release``)."""
     import dagster as dg
 
-    from backfill_assets.partitions import shift_hour
+    from backfill_assets.core.hours import shift_hour
     from backfill_assets_dev.cli.bench import release_command, timed
     from backfill_assets_dev.cli.bench_release import breakdown, read_release
 

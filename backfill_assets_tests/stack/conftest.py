@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from backfill_assets.resources.spark import s3a_conf
+from backfill_assets.core.spark.session import s3a_conf
 from backfill_assets.settings import PROJECT_ROOT, Settings
 from backfill_assets_dev.generator import generate_backups
 from backfill_assets_tests.stack import servers

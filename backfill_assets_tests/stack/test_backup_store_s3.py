@@ -8,9 +8,9 @@ from pathlib import Path
 import pyarrow as pa
 from dagster_aws.s3 import S3Resource
 
-from backfill_assets.backups.inventory import take_inventory
-from backfill_assets.partitions import hour_range
-from backfill_assets.resources.backup_store import LocalBackupStore, S3BackupStore, _s3_fetcher
+from backfill_assets.core.backups.inventory import take_inventory
+from backfill_assets.core.backups.store import LocalBackupStore, S3BackupStore, _s3_fetcher
+from backfill_assets.core.hours import hour_range
 from backfill_assets_dev.generator import generate_backups
 from backfill_assets_tests.stack import servers
 from backfill_assets_tests.stack.conftest import AWS

@@ -21,9 +21,9 @@ from dagster_k8s import K8sRunLauncher, construct_dagster_k8s_job
 from dagster_k8s.container_context import K8sContainerContext
 from dagster_k8s.job import get_job_name_from_run_id
 
+from backfill_assets.core.spark.session import spark_config, unresolved_variables
 from backfill_assets.definitions import build_definitions
-from backfill_assets.launch import layer_keys
-from backfill_assets.resources.spark import spark_config, unresolved_variables
+from backfill_assets.release.keys import layer_keys
 from backfill_assets.settings import PROJECT_ROOT, Settings
 
 K8S_VERSION = "1.31.0"

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from backfill_assets.publishing import audit
-from backfill_assets_tests.publishing.test_publish_fence import HOLDER, PUBLISHER, WAITER
+from backfill_assets.core.warehouse import audit
+from backfill_assets_tests.core.warehouse.test_publish_fence import HOLDER, PUBLISHER, WAITER
 
 # Holds no Parquet audit tables to import: the fence and ledger are in the database alone.
 WAREHOUSE = "/nonexistent/backfill-assets-fence-test/warehouse"

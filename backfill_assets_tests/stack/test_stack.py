@@ -25,8 +25,8 @@ from pathlib import Path
 import psycopg2
 import sqlalchemy as sa
 
-from backfill_assets.partitions import hour_range
-from backfill_assets.publishing import database
+from backfill_assets.core.hours import hour_range
+from backfill_assets.core.warehouse import database
 from backfill_assets_dev import expected
 from backfill_assets_tests.stack import servers
 from backfill_assets_tests.stack.conftest import AWS, HOURS, START, WAREHOUSE_BUCKET, Stack

@@ -25,8 +25,9 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from backfill_assets import launch, tags
-from backfill_assets.partitions import ENV_END, ENV_START
+from backfill_assets.core import tags
+from backfill_assets.core.hours import ENV_END, ENV_START
+from backfill_assets.release import keys
 from backfill_assets.settings import PROJECT_ROOT
 from backfill_assets_tests.stack.servers import Processes, free_port
 
@@ -164,7 +165,7 @@ def test_an_operator_reads_each_hours_checks_and_the_report_then_launches_a_rele
     report.get_by_role("heading").first.scroll_into_view_if_needed()
     picture(page, "report")
     assert_operator_text_inert(report)
-    publish_run = instance.get_latest_materialization_event(launch.PUBLISH_KEY).run_id
+    publish_run = instance.get_latest_materialization_event(keys.PUBLISH_KEY).run_id
     open_page(page, f"{console.url}/runs/{publish_run}")  # the run's tags: the reason
     page.get_by_role("button", name="View tags and config").click()
     page.get_by_text("INC-1 <img src=x", exact=False).first.wait_for()

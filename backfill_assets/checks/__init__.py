@@ -1,1 +1,0 @@
-"""Blocking asset checks: pandera row rules (``rules``, ``schemas``) and per-layer checks."""

@@ -1,0 +1,346 @@
+"""The one Spark configuration: ``spark/`` files + locations derived from ``DATA_ROOT``.
+
+Every Spark session of the project (Dagster runs, the CLI, the test suite) is built from
+``spark_config(settings)``, so local runs, tests and production differ only by profile.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import dagster as dg
+from dagster_pyspark import LazyPySparkResource
+from pydantic import PrivateAttr
+from pyspark.sql import SparkSession
+
+from backfill_assets.core.spark import jvm_archive
+from backfill_assets.settings import Settings, is_uri
+
+# ${VAR} (required) or ${VAR:-default}.
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+# Spark's file writers bound to Hadoop's committer of the destination's scheme (the
+# spark-hadoop-cloud jar of deploy/spark-jars.txt): S3A's magic committer for s3a://.
+S3A_COMMITTER_CONF = {
+    "spark.sql.sources.commitProtocolClass": (
+        "org.apache.spark.internal.io.cloud.PathOutputCommitProtocol"
+    ),
+    "spark.sql.parquet.output.committer.class": (
+        "org.apache.spark.internal.io.cloud.BindingParquetOutputCommitter"
+    ),
+    "spark.hadoop.mapreduce.outputcommitter.factory.scheme.s3a": (
+        "org.apache.hadoop.fs.s3a.commit.S3ACommitterFactory"
+    ),
+    "spark.hadoop.fs.s3a.committer.name": "magic",
+    "spark.hadoop.fs.s3a.committer.magic.enabled": "true",
+}
+
+
+class SparkConfigError(ValueError):
+    """A Spark configuration file that cannot be used, with the file and line named."""
+
+
+def read_conf(
+    path: Path, env: Mapping[str, str] | None = None, *, resolve: bool = True
+) -> dict[str, str]:
+    """Read a ``spark-defaults.conf``-style file, substituting ``${VAR}`` from ``env``.
+
+    With ``resolve=False`` the ``${VAR}`` placeholders are kept as written, to be resolved
+    by ``resolve_conf`` where the Spark session starts (the run's process).
+    """
+    env = os.environ if env is None else env
+    conf: dict[str, str] = {}
+    for number, raw in enumerate(path.read_text().splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = line.split(None, 1)
+        if len(parts) != 2:
+            raise SparkConfigError(f"{path}:{number}: expected 'key value', got {raw!r}")
+        key, value = parts
+        conf[key] = value.strip()
+        if resolve:
+            conf[key] = resolve_conf({key: conf[key]}, env, source=f"{path}:{number}")[key]
+    return conf
+
+
+def unresolved_variables(conf: Mapping[str, str]) -> list[str]:
+    """The variables a configuration requires (``${VAR}`` without a default), sorted."""
+    return sorted(
+        {m.group(1) for v in conf.values() for m in _VAR.finditer(v) if m.group(2) is None}
+    )
+
+
+def resolve_conf(
+    conf: Mapping[str, str], env: Mapping[str, str] | None = None, *, source: str = ""
+) -> dict[str, str]:
+    """``conf`` with every ``${VAR}`` replaced from ``env`` (default: this process's).
+
+    A missing variable raises ``SparkConfigError`` naming every missing variable and the
+    keys that need them, so a run fails where its session starts, saying what to set.
+    """
+    env = os.environ if env is None else env
+    missing: dict[str, list[str]] = {}
+    for key, value in conf.items():
+        for match in _VAR.finditer(value):
+            name, default = match.groups()
+            if name not in env and default is None:
+                missing.setdefault(name, []).append(key)
+    if missing:
+        where = f"{source}: " if source else ""
+        needs = "; ".join(f"{', '.join(keys)} needs {name}" for name, keys in missing.items())
+        raise SparkConfigError(
+            f"{where}missing environment variable(s) {', '.join(missing)} for the Spark "
+            f"configuration ({needs}); set them where the run executes (the run pod or the "
+            f"process that starts Spark)"
+        )
+    return {
+        key: _VAR.sub(lambda m: env.get(m.group(1), m.group(2) or ""), value)
+        for key, value in conf.items()
+    }
+
+
+def spark_config(
+    settings: Settings, env: Mapping[str, str] | None = None, *, resolve: bool = True
+) -> dict[str, str]:
+    """The full Spark configuration for ``settings`` (local or production profile).
+
+    ``resolve=False`` keeps ``${VAR}`` placeholders of the profile for ``SparkResource``
+    to resolve when the session starts: the code location loads without them.
+    """
+    conf_dir = Path(settings.spark_conf_dir)
+    conf = read_conf(conf_dir / "spark-defaults.conf", env, resolve=resolve)
+    if settings.environment == "production":
+        conf.update(read_conf(conf_dir / "production.conf", env, resolve=resolve))
+    conf["spark.sql.warehouse.dir"] = settings.warehouse_dir
+    java_options = [  # the profile's JVM options (JIT), then the project's
+        *conf.get("spark.driver.extraJavaOptions", "").split(),
+        f"-Dlog4j2.configurationFile=file:{conf_dir / 'log4j2.properties'}",
+    ]
+    if settings.environment == "local" and not is_uri(settings.data_root):
+        # Embedded Hive metastore (Derby) under DATA_ROOT; derby.log beside it. The
+        # production profile uses the shared metastore service (hive.metastore.uris).
+        conf["spark.hadoop.javax.jdo.option.ConnectionURL"] = (
+            f"jdbc:derby:;databaseName={settings.metastore_dir};create=true"
+        )
+        java_options.append(f"-Dderby.system.home={settings.data_root}")
+        # Hive makes a resources directory per session (and never removes it): under
+        # DATA_ROOT, not one more empty directory in /tmp for every run.
+        conf["spark.hadoop.hive.downloaded.resources.dir"] = (
+            f"{settings.data_root}/hive_resources/${{hive.session.id}}_resources"
+        )
+    conf["spark.driver.extraJavaOptions"] = " ".join(java_options)
+    conf.update(s3a_conf(settings))
+    return conf
+
+
+def s3a_conf(settings: Settings) -> dict[str, str]:
+    """Spark's S3A connector: its jars on the driver's and executors' classpath (when
+    ``make jars`` installed them), the S3 endpoint and region of the settings, and the
+    magic committer for a warehouse on S3. {} without the jars: nothing s3a:// can work.
+
+    On the system classpath (``extraClassPath``), not ``spark.jars``: Hadoop's file systems
+    and the Hive client's isolated class loader find S3A there. Executors must have the
+    jars at the same path (the image: deploy/Dockerfile; the stack: this machine).
+    """
+    if not settings.spark_jars:
+        return {}
+    classpath = f"{settings.spark_jars_dir}/*"
+    conf = {"spark.driver.extraClassPath": classpath, "spark.executor.extraClassPath": classpath}
+    if settings.s3_endpoint:  # an S3-compatible store: path-style requests, its own scheme
+        conf["spark.hadoop.fs.s3a.endpoint"] = settings.s3_endpoint
+        conf["spark.hadoop.fs.s3a.path.style.access"] = "true"
+        secure = settings.s3_endpoint.startswith("https://")
+        conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(secure).lower()
+    if settings.s3_region:
+        conf["spark.hadoop.fs.s3a.endpoint.region"] = settings.s3_region
+    if settings.warehouse_dir.startswith("s3a://"):
+        conf.update(S3A_COMMITTER_CONF)
+    return conf
+
+
+class SparkResource(LazyPySparkResource):
+    """dagster-pyspark's lazy session (started on first use, once per run process).
+
+    ``spark_config`` may hold ``${VAR}`` placeholders (the production profile): they are
+    resolved from the run process's environment when the session starts, so the code
+    location loads anywhere and a run missing a variable fails naming it.
+
+    Python workers run the driver's interpreter (the project's virtualenv) unless
+    ``PYSPARK_PYTHON`` says otherwise, as on a cluster image. Before the session starts,
+    ``data_root`` (when set) is checked by ``preflight.before_spark``: an unwritable
+    ``DATA_ROOT`` or a metastore held by another process fails the run at once with a
+    ``dg.Failure`` naming the cause, before a JVM is started.
+    """
+
+    data_root: str | None = None
+    _usage_mark: tuple[int, float] | None = PrivateAttr(default=None)
+
+    def usage(self) -> SparkUsage | None:
+        """What this run's Spark work cost so far (from its session's start in this
+        resource); None before the session started."""
+        if self._spark_session is None or self._usage_mark is None:
+            return None
+        return spark_usage(self._spark_session, *self._usage_mark)
+
+    def _init_session(self) -> None:
+        if self._spark_session is None:
+            if self.data_root:
+                from backfill_assets.core.spark import preflight
+
+                try:
+                    preflight.before_spark(self.data_root)
+                except preflight.PreflightError as exc:
+                    raise dg.Failure(description=str(exc)) from None
+            conf = resolve_conf(self.spark_config)  # raises naming a missing variable
+            archive = jvm_archive.java_options()  # a faster JVM start, when there is one
+            if archive:
+                for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
+                    conf[key] = " ".join([conf.get(key, ""), *archive]).strip()
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+            builder = SparkSession.builder
+            for key, value in conf.items():
+                builder = builder.config(key, value)
+            began, cold = time.time(), SparkSession.getActiveSession() is None
+            self._spark_session = builder.getOrCreate()
+            if cold:  # this process's Spark start: JVM, context, session
+                _STARTED.update(at=began, seconds=time.time() - began)
+            self._usage_mark = (_last_stage(self._spark_session), time.monotonic())
+
+
+def spark_resource(settings: Settings) -> SparkResource:
+    """The Spark resource of ``settings`` (its session is checked before it starts)."""
+    return SparkResource(
+        spark_config=spark_config(settings, resolve=False), data_root=settings.data_root
+    )
+
+
+def spark_session(settings: Settings) -> SparkSession:
+    """A session outside Dagster (CLI, tests) with exactly the code location's config."""
+    return spark_resource(settings).spark_session
+
+
+# ----------------------------------------------------------------------- cost of a run
+
+
+@dataclass(frozen=True)
+class SparkUsage:
+    """Spark work since a mark: executor task time and the cores the session holds."""
+
+    task_seconds: float  # executor core-seconds spent running tasks (the work done)
+    cores: int  # executor cores of the session (local mode: the driver's)
+    wall_seconds: float  # since the mark
+    driver_peak_bytes: int = 0  # the driver's peak resident memory so far (0: unknown)
+
+
+def _peak_resident_bytes(pid: int) -> int:
+    """A process's peak resident set (``VmHWM``), 0 where /proc cannot tell."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def driver_peak_bytes(spark: SparkSession) -> int:
+    """The driver's peak memory so far: its JVM's peak resident set and this Python
+    process's (local mode: the executors' tasks run in that JVM, their Python workers
+    apart); 0 where the JVM's process is not on this machine's /proc."""
+    jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+    jvm = _peak_resident_bytes(jvm_pid)
+    return jvm + _peak_resident_bytes(os.getpid()) if jvm else 0
+
+
+def _status_store(spark: SparkSession):
+    # Spark's status store feeds its UI; it is kept whether or not the UI runs.
+    return spark.sparkContext._jsc.sc().statusStore()
+
+
+def _stages_newest_first(spark: SparkSession):
+    """The status store's stages, newest first (its view of them in reverse key order: stage
+    id, then attempt): a caller that wants the recent ones stops early instead of walking
+    every retained stage through py4j, two calls each."""
+    jvm = spark.sparkContext._jvm
+    wrapper = jvm.java.lang.Class.forName(
+        "org.apache.spark.status.StageDataWrapper",
+        True,
+        jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader(),
+    )
+    iterator = _status_store(spark).store().view(wrapper).reverse().closeableIterator()
+    try:
+        while iterator.hasNext():
+            yield iterator.next().info()
+    finally:
+        iterator.close()
+
+
+def _last_stage(spark: SparkSession) -> int:
+    return next((stage.stageId() for stage in _stages_newest_first(spark)), -1)
+
+
+def spark_usage(spark: SparkSession, after_stage: int, since: float) -> SparkUsage:
+    """Executor task time of the stages after ``after_stage`` (the status store keeps the
+    last ``spark.ui.retainedStages``, 1000 by default), the executor cores, and the wall
+    time since ``since`` (``time.monotonic``)."""
+    task_ms = 0
+    for stage in _stages_newest_first(spark):
+        if stage.stageId() <= after_stage:
+            break
+        task_ms += stage.executorRunTime()
+    executors = _status_store(spark).executorList(True)
+    cores, iterator = {}, executors.iterator()
+    while iterator.hasNext():
+        executor = iterator.next()
+        cores[executor.id()] = executor.totalCores()
+    # local mode: the driver runs the tasks; on a cluster, only the executors do
+    held = sum(c for ident, c in cores.items() if ident != "driver") or cores.get("driver", 0)
+    return SparkUsage(
+        round(task_ms / 1000, 1),
+        int(held),
+        round(time.monotonic() - since, 1),
+        driver_peak_bytes(spark),
+    )
+
+
+# Run-level cost facts on shadow and publish materializations: the run's totals so far.
+SPARK_TASK_SECONDS = "spark_task_seconds"
+SPARK_CORES = "spark_cores"
+SPARK_SESSION_SECONDS = "spark_session_seconds"
+# When this process started its Spark session (epoch seconds) and how long that took
+# (JVM, context, session): where a run's time before its first Spark job goes.
+SPARK_STARTED_AT = "spark_started_at"
+SPARK_START_SECONDS = "spark_start_seconds"
+# The driver's peak resident memory (JVM + Python) so far in the run, bytes.
+DRIVER_PEAK_BYTES = "driver_peak_rss_bytes"
+_STARTED: dict[str, float] = {}  # this process's Spark start (at, seconds), once it started
+
+
+def usage_metadata(resource: object) -> dict[str, float | int]:
+    """The run's Spark usage so far as metadata ({} when the resource cannot tell)."""
+    usage = resource.usage() if isinstance(resource, SparkResource) else None
+    if usage is None:
+        return {}
+    started = (
+        {
+            SPARK_STARTED_AT: round(_STARTED["at"], 3),
+            SPARK_START_SECONDS: round(_STARTED["seconds"], 1),
+        }
+        if _STARTED
+        else {}
+    )
+    peak = usage.driver_peak_bytes
+    return {
+        SPARK_TASK_SECONDS: usage.task_seconds,
+        SPARK_CORES: usage.cores,
+        SPARK_SESSION_SECONDS: usage.wall_seconds,
+        **started,
+        **({DRIVER_PEAK_BYTES: peak} if peak else {}),
+    }

@@ -1,1 +1,0 @@
-"""The hourly layers: raw (``raw``), transformed (``transformed``), aggregated (``aggregated``)."""

@@ -1,2 +1,0 @@
-"""Write-audit-publish: table DDL (``tables``), audit tables and ledger (``audit``), and
-the pointer swap (``publisher``)."""

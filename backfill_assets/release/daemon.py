@@ -1,0 +1,259 @@
+"""The ``dagster-daemon`` a command starts when none serves the instance
+(``DaemonSupervisor``), its code server, and the stopping of their process groups."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import dagster as dg
+
+from backfill_assets.release.launch import (
+    IN_FLIGHT,
+    LOCATION,
+    WORKSPACE,
+    LaunchError,
+    bin_path,
+    settings_env,
+)
+from backfill_assets.settings import Settings
+
+log = logging.getLogger(__name__)
+
+CODE_MODULE = "backfill_assets.definitions"
+CODE_SERVER_START_SECONDS = 300  # loading the definitions (PySpark, pandera) on a busy host
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    """The daemon must not outlive the command that started it, even after SIGKILL."""
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    os.setsid()
+
+
+def _group_gone(pgid: int, seconds: float) -> bool:
+    """Wait up to ``seconds`` until no process of group ``pgid`` is left (exited members
+    are reaped by init); True if none is."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:  # pragma: no cover - a member we may not signal
+            pass
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+
+
+def stop_process_groups(processes: list[subprocess.Popen], timeout: float = 30.0) -> None:
+    """SIGTERM the process groups ``processes`` lead, all at once, and wait until every
+    member is gone (the daemon, the code server, run workers and their Spark JVMs),
+    SIGKILL after ``timeout``: a command returns only when nothing it started is left."""
+    started = time.monotonic()
+    for process in processes:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+    for process in processes:
+        pgid = process.pid
+        left = max(timeout - (time.monotonic() - started), 0.0)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=left)
+        if not _group_gone(pgid, timeout - (time.monotonic() - started)):
+            log.warning("process group %d still alive %.0fs after SIGTERM: SIGKILL", pgid, timeout)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGKILL)
+            _group_gone(pgid, 5)
+        process.wait()
+
+
+def stop_process_group(process: subprocess.Popen, timeout: float = 30.0) -> None:
+    """``stop_process_groups`` of one process."""
+    stop_process_groups([process], timeout)
+
+
+def _ready(path: Path) -> bool:
+    """A code server listens on the Unix socket ``path`` (it binds once it has loaded the
+    definitions)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(str(path))
+        except OSError:
+            return False
+    return True
+
+
+class DaemonSupervisor:
+    """Make sure a Dagster daemon serves the instance while a command waits on it.
+
+    If another process (``make ui``, a production deployment, another CLI) runs one, it is
+    used; otherwise this process starts ``dagster-daemon run`` and stops it on exit (also
+    when this process is killed). One starter at a time: an OS lock on
+    ``$DAGSTER_HOME/daemon.lock`` (released by the kernel if the holder dies); a waiting
+    command starts its own when the holder has finished.
+
+    A daemon of its own gets a code server of its own (``dagster api grpc`` on a Unix
+    socket, started by ``prepare`` while the command does its own work): the daemon, the
+    command's GraphQL calls (``workspace``) and the runs use it, so the definitions are
+    loaded once per command, not once per process; and ``kick`` restarts the daemon alone
+    (no code to load) so that its backfill iteration, which Dagster runs as the daemon
+    starts and then every 30 s, sees a run's end at once.
+    """
+
+    def __init__(self, settings: Settings, instance: dg.DagsterInstance, log_file: Path):
+        self.settings = settings
+        self.instance = instance
+        self.log_file = log_file
+        self.lock_path = Path(settings.dagster_home) / "daemon.lock"
+        self._lock = None
+        self.process: subprocess.Popen | None = None
+        self.code_server: subprocess.Popen | None = None
+        self._scratch: Path | None = None
+
+    def _external_daemon(self) -> bool:
+        """A daemon we did not start sent a heartbeat after the last one we stopped."""
+        stopped_at = 0.0
+        with contextlib.suppress(OSError, ValueError):
+            stopped_at = float(json.loads(self.lock_path.read_text() or "{}").get("stopped", 0))
+        beats = self.instance.get_daemon_heartbeats()
+        newest = max((b.timestamp for b in beats.values()), default=0.0)
+        return newest > max(stopped_at, time.time() - 90)
+
+    def _owns(self) -> bool:
+        """Take the starter's lock; True if this command is to run the daemon."""
+        if self._lock is None:
+            handle = open(self.lock_path, "a+")  # noqa: SIM115 - held for the command's life
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.close()
+                return False  # another command runs the daemon for us
+            self._lock = handle
+        return not self._external_daemon()
+
+    def _spawn(self, command: list[str]) -> subprocess.Popen:
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_file, "ab") as out:
+            return subprocess.Popen(
+                command,
+                env=settings_env(self.settings),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_parent,
+            )
+
+    def prepare(self) -> None:
+        """Start the code server of a daemon this command will run (none if another process
+        serves the instance); returns at once, ``workspace`` waits for it."""
+        if self.code_server is not None or not self._owns():
+            return
+        self._scratch = Path(tempfile.mkdtemp(prefix="backfill-assets-"))
+        sock = self._scratch / "code.sock"
+        (self._scratch / "workspace.yaml").write_text(
+            json.dumps(
+                {"load_from": [{"grpc_server": {"socket": str(sock), "location_name": LOCATION}}]}
+            )
+        )
+        log.info("starting the code server for this command (log: %s)", self.log_file)
+        self.code_server = self._spawn(
+            [bin_path("dagster"), "api", "grpc", "--module-name", CODE_MODULE,
+             "--socket", str(sock), "--location-name", LOCATION]
+        )  # fmt: skip
+
+    def workspace(self) -> Path:
+        """The workspace file for Dagster processes of this command: the code server's once
+        it serves (``prepare``), else the project's (each process loads the code itself)."""
+        if self.code_server is None or self._scratch is None:
+            return WORKSPACE
+        sock = self._scratch / "code.sock"
+        deadline = time.monotonic() + CODE_SERVER_START_SECONDS
+        while not _ready(sock):
+            if self.code_server.poll() is not None:
+                raise LaunchError(
+                    f"the code server exited with {self.code_server.returncode} while loading "
+                    f"{CODE_MODULE}; see {self.log_file}"
+                )
+            if time.monotonic() > deadline:
+                raise LaunchError(f"the code server did not start in time; see {self.log_file}")
+            time.sleep(0.1)
+        return self._scratch / "workspace.yaml"
+
+    def _start_daemon(self) -> None:
+        log.info("starting dagster-daemon for this command (log: %s)", self.log_file)
+        workspace = self.workspace()
+        self.process = self._spawn([bin_path("dagster-daemon"), "run", "-w", str(workspace)])
+
+    def ensure(self) -> None:
+        """Called while waiting: start a daemon if none serves the instance."""
+        if self.process is not None:
+            if self.process.poll() is not None:
+                raise LaunchError(
+                    f"dagster-daemon exited with {self.process.returncode}; see {self.log_file}"
+                )
+            return
+        if self.code_server is None:
+            self.prepare()
+        if self.code_server is not None:
+            self._start_daemon()
+
+    def kick(self) -> None:
+        """Restart the daemon this command runs, so that its backfill iteration runs now
+        (a run of the backfill ended); nothing if another process runs the daemon."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        stop_process_group(self.process, timeout=10.0)
+        self._start_daemon()
+
+    def busy(self) -> list[str]:
+        """Backfills and runs of the instance still in flight (the daemon serves them all)."""
+        backfills = [
+            b.backfill_id
+            for b in self.instance.get_backfills(limit=100)
+            if b.status.value in ("REQUESTED", "CANCELING", "FAILING")
+        ]
+        runs = self.instance.get_runs(filters=dg.RunsFilter(statuses=IN_FLIGHT), limit=100)
+        return backfills + [r.run_id for r in runs]
+
+    def close(self, *, drain: bool = False, poll_seconds: float = 1.0) -> None:
+        """Stop the daemon this command started and its code server. With ``drain``, first
+        wait until nothing else is in flight: the daemon's code server also runs other
+        commands' runs, which stopping it now would kill."""
+        if drain and self.process is not None:
+            waiting = self.busy()
+            if waiting:
+                log.info(
+                    "waiting for %d other backfill(s)/run(s) this daemon serves before "
+                    "stopping it: %s",
+                    len(waiting),
+                    ", ".join(waiting[:5]),
+                )
+            while waiting and self.process.poll() is None:
+                time.sleep(poll_seconds)
+                waiting = self.busy()
+        stop_process_groups([p for p in (self.process, self.code_server) if p is not None])
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+        if self._lock is not None:
+            if self.process is not None:
+                self.lock_path.write_text(json.dumps({"stopped": time.time()}))
+            fcntl.flock(self._lock, fcntl.LOCK_UN)
+            self._lock.close()
+        self.process, self.code_server, self._lock, self._scratch = None, None, None, None
+
+    def __enter__(self) -> DaemonSupervisor:
+        return self
+
+    def __exit__(self, exc_type, *exc) -> None:
+        self.close(drain=exc_type is None)

@@ -1,0 +1,427 @@
+"""Submit releases to Dagster exactly as the UI does, and follow them.
+
+A release is one Dagster **asset backfill**: the CLI and the reconciliation sensor submit
+it through Dagster's GraphQL API (``launchPartitionBackfill``, the mutation the UI's launch
+dialog sends), with ``dagster-graphql`` against the workspace (or ``--remote`` when
+``DAGSTER_GRAPHQL_URL`` names a webserver). Dagster then orders the layers, queues the
+runs under the instance's limits and retries; nothing here launches a run by hand.
+
+The selection names the *root* layer's shadow assets with the damaged hours and, by
+default, every downstream shadow and ``release/publish``; Dagster derives the downstream
+partitions through the partition mappings (a session hour is rebuilt when its window
+touches a damaged hour), as it does for a backfill launched in the UI.
+
+``daemon.DaemonSupervisor`` runs ``dagster-daemon`` (and its code server) for the duration
+of a command when no daemon serves the instance, so the CLI works without ``dagster dev``.
+"""
+
+from __future__ import annotations
+
+import collections
+import getpass
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import dagster as dg
+
+from backfill_assets.core import tags
+from backfill_assets.core.errors import cause_line
+from backfill_assets.core.text import one_line
+from backfill_assets.release.keys import PUBLISH_KEY
+from backfill_assets.release.outcomes import summarize
+from backfill_assets.settings import PROJECT_ROOT, Settings, graphql_url
+
+log = logging.getLogger(__name__)
+
+WORKSPACE = PROJECT_ROOT / "workspace.yaml"
+LOCATION = "backfill_assets"
+REPOSITORY = "__repository__"
+FINISHED = {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"}
+RUN_DONE = {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
+IN_FLIGHT = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+]
+
+
+class LaunchError(RuntimeError):
+    """Dagster refused the request; the message is Dagster's."""
+
+
+def request_tags(
+    *,
+    dry_run: bool,
+    reason: str | None = None,
+    ticket: str | None = None,
+    requested_by: str | None = None,
+    extra: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    result = {
+        tags.MODE: "dry_run" if dry_run else "backfill",
+        tags.REQUESTED_BY: requested_by or getpass.getuser(),
+    }
+    if reason:
+        result[tags.REASON] = reason
+    if ticket:
+        result[tags.TICKET] = ticket
+    result.update(extra or {})
+    return result
+
+
+# ------------------------------------------------------------------------------- GraphQL
+
+
+def settings_env(settings: Settings, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment a Dagster process needs to see the same project as ``settings``."""
+    env = dict(os.environ if base is None else base)
+    env.update(
+        {
+            "BACKUP_ROOT": settings.backup_root,
+            "DATA_ROOT": settings.data_root,
+            "DAGSTER_HOME": settings.dagster_home,
+            "SPARK_CONF_DIR": settings.spark_conf_dir,
+            "BACKFILL_ENV": settings.environment,
+        }
+    )
+    return env
+
+
+def bin_path(name: str) -> str:
+    local = Path(sys.executable).with_name(name)
+    return str(local) if local.exists() else (shutil.which(name) or name)
+
+
+def graphql(
+    settings: Settings, query: str, variables: Mapping, workspace: Path = WORKSPACE
+) -> dict:
+    """Run one GraphQL operation against ``workspace`` (the project's, or the code server of
+    the command's daemon: ``DaemonSupervisor.workspace``) or ``DAGSTER_GRAPHQL_URL``."""
+    with tempfile.TemporaryDirectory(prefix="backfill-assets-graphql-") as scratch:
+        output = Path(scratch) / "result.json"
+        command = [bin_path("dagster-graphql"), "-t", query, "-v", json.dumps(variables)]
+        command += ["-o", str(output)]
+        remote = graphql_url()
+        command += ["--remote", remote] if remote else ["-w", str(workspace)]
+        done = subprocess.run(
+            command, capture_output=True, text=True, env=settings_env(settings), check=False
+        )
+        try:
+            result = json.loads(output.read_text())
+        except (OSError, ValueError):
+            result = None
+    if done.returncode != 0 or not isinstance(result, dict) or result.get("errors"):
+        lines = (done.stderr + done.stdout).strip().splitlines()
+        detail = (result or {}).get("errors") or " | ".join(lines[-5:])
+        raise LaunchError(f"dagster-graphql failed: {detail}")
+    return result["data"]
+
+
+def mutation_outcome(payload: dict, success: str) -> dict:
+    if payload.get("__typename") == success:
+        return payload
+    message = payload.get("message") or payload.get("__typename")
+    errors = payload.get("errors") or []
+    if errors:
+        message = f"{message}: " + "; ".join(e.get("message", "") for e in errors)
+    raise LaunchError(f"Dagster refused the request: {message}")
+
+
+_BACKFILL = """
+mutation Launch($params: LaunchBackfillParams!) {
+  launchPartitionBackfill(backfillParams: $params) {
+    __typename
+    ... on LaunchBackfillSuccess { backfillId }
+    ... on Error { message }
+    ... on RunConfigValidationInvalid { errors { message } }
+  }
+}"""
+
+_RUN = """
+mutation Launch($params: ExecutionParams!) {
+  launchRun(executionParams: $params) {
+    __typename
+    ... on LaunchRunSuccess { run { runId } }
+    ... on Error { message }
+    ... on RunConfigValidationInvalid { errors { message } }
+  }
+}"""
+
+
+def submit_backfill(
+    settings: Settings,
+    keys: Sequence[dg.AssetKey],
+    hours: Sequence[str],
+    run_tags: Mapping[str, str],
+    *,
+    title: str,
+    description: str = "",
+    run_config: Mapping | None = None,
+    workspace: Path = WORKSPACE,
+) -> str:
+    """Submit an asset backfill (the UI's launch dialog request); returns its id.
+
+    ``hours`` are the partitions of the selection's root assets; Dagster derives the others
+    through the partition mappings, as the launch dialog does.
+    """
+    params: dict = {
+        "assetSelection": [{"path": list(k.path)} for k in keys],
+        "tags": [{"key": k, "value": v} for k, v in sorted(run_tags.items())],
+        "title": title[:200],
+        "description": description,
+        "partitionNames": list(hours),
+    }
+    if run_config:
+        params["runConfigData"] = dict(run_config)
+    data = graphql(settings, _BACKFILL, {"params": params}, workspace)
+    return mutation_outcome(data["launchPartitionBackfill"], "LaunchBackfillSuccess")["backfillId"]
+
+
+_CANCEL = """
+mutation Cancel($backfillId: String!) {
+  cancelPartitionBackfill(backfillId: $backfillId) {
+    __typename
+    ... on CancelBackfillSuccess { backfillId }
+    ... on Error { message }
+  }
+}"""
+
+
+def cancel_backfill(settings: Settings, backfill_id: str, workspace: Path = WORKSPACE) -> str:
+    """Cancel a backfill as the UI's cancel button does: Dagster stops submitting its
+    runs and terminates those queued or running; returns its id."""
+    data = graphql(settings, _CANCEL, {"backfillId": backfill_id}, workspace)
+    return mutation_outcome(data["cancelPartitionBackfill"], "CancelBackfillSuccess")["backfillId"]
+
+
+_TERMINATE = """
+mutation Terminate($runId: String!, $policy: TerminateRunPolicy) {
+  terminateRun(runId: $runId, terminatePolicy: $policy) {
+    __typename
+    ... on TerminateRunSuccess { run { runId } }
+    ... on Error { message }
+  }
+}"""
+NOT_STARTED = (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED)
+
+
+def terminate_run(settings: Settings, run: dg.DagsterRun) -> str:
+    """Stop one run as the UI's *Terminate* does: a run that never started (queued, or left
+    not started) is marked cancelled at once, a started one is asked to stop; returns its id."""
+    policy = "MARK_AS_CANCELED_IMMEDIATELY" if run.status in NOT_STARTED else "SAFE_TERMINATE"
+    data = graphql(settings, _TERMINATE, {"runId": run.run_id, "policy": policy})
+    return mutation_outcome(data["terminateRun"], "TerminateRunSuccess")["run"]["runId"]
+
+
+def submit_run(
+    settings: Settings,
+    job: str,
+    run_config: Mapping,
+    run_tags: Mapping[str, str],
+    workspace: Path = WORKSPACE,
+) -> str:
+    """Submit one run of ``job`` to the instance's run queue; returns its id."""
+    params = {
+        "selector": {
+            "repositoryLocationName": LOCATION,
+            "repositoryName": REPOSITORY,
+            "jobName": job,
+        },
+        "runConfigData": dict(run_config),
+        "executionMetadata": {
+            "tags": [{"key": k, "value": v} for k, v in sorted(run_tags.items())]
+        },
+    }
+    data = graphql(settings, _RUN, {"params": params}, workspace)
+    return mutation_outcome(data["launchRun"], "LaunchRunSuccess")["run"]["runId"]
+
+
+# ------------------------------------------------------------------------------ following
+
+
+@dataclass
+class RunSummary:
+    run_id: str
+    status: str
+    assets: list[str]
+    partition_range: str
+    seconds: float
+    failures: list[str] = field(default_factory=list)
+    checks: dict[str, dict] = field(default_factory=dict)
+    held_back: int = 0  # hours the run's publish held back (the run itself succeeded)
+    refused: list[str] = field(default_factory=list)  # steps that ended without building
+
+    @property
+    def success(self) -> bool:
+        """The run did everything it was asked: it succeeded, refused nothing and held no
+        hour back."""
+        return self.status == "SUCCESS" and not self.held_back and not self.refused
+
+
+@dataclass
+class BackfillOutcome:
+    backfill_id: str
+    status: str
+    runs: list[RunSummary]
+
+    @property
+    def success(self) -> bool:
+        return self.status in ("COMPLETED", "COMPLETED_SUCCESS") and all(
+            r.success for r in self.runs
+        )
+
+
+def run_messages(instance: dg.DagsterInstance, run_id: str, step_key: str) -> list[str]:
+    """What a step of a run logged itself (``context.log``), in order."""
+    return [
+        entry.user_message
+        for entry in instance.all_logs(run_id)
+        if entry.dagster_event is None and entry.step_key == step_key and entry.user_message
+    ]
+
+
+def step_failure(event: dg.DagsterEvent) -> str:
+    """``step: why`` of a STEP_FAILURE event: the ``dg.Failure``'s description when the
+    step raised one, else the cause of the error in words (``errors.cause_line``: the Java
+    cause chain of a Spark failure, not the Py4J call)."""
+    data = event.event_specific_data
+    user = getattr(data, "user_failure_data", None)
+    if user is not None and user.description:
+        return f"{event.step_key}: {one_line(user.description)}"
+    error = getattr(data, "error", None)
+    return f"{event.step_key}: {cause_line(error) if error is not None else event.message}"
+
+
+def run_failure(instance: dg.DagsterInstance, run_id: str) -> str | None:
+    """``run: why`` of a run that failed outside its steps (a resource that refused to start
+    in a run of one process, a worker that could not start), None if none did."""
+    for record in instance.all_logs(run_id, of_type=dg.DagsterEventType.RUN_FAILURE):
+        error = getattr(record.dagster_event.event_specific_data, "error", None)
+        if error is not None:
+            return f"run: {cause_line(error)}"
+    return None
+
+
+def summarize_run(instance: dg.DagsterInstance, run: dg.DagsterRun) -> RunSummary:
+    """What a finished run did: its step failures (``step_failure``), the verdicts of steps
+    that refused to build and of a publish that held hours back (expected outcomes: the
+    steps succeeded) and check results."""
+    failures, evaluations = [], []
+    held_back = int(run.tags.get(tags.HELD_BACK) or 0)
+    refused = tags.refusals(run.tags)
+    kinds = {dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.ASSET_CHECK_EVALUATION}
+    if held_back:
+        kinds.add(dg.DagsterEventType.ASSET_MATERIALIZATION)
+    events = instance.all_logs(run.run_id, of_type=kinds)
+    for record in events:
+        event = record.dagster_event
+        if event is None:
+            continue
+        if event.event_type == dg.DagsterEventType.STEP_FAILURE:
+            failures.append(step_failure(event))
+        elif event.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION:
+            evaluations.append(event.event_specific_data)
+        elif event.asset_key == PUBLISH_KEY and record.asset_materialization is not None:
+            # one materialization per hour of the run's range, each with the verdict
+            verdict = record.asset_materialization.metadata.get("verdict")
+            line = None if verdict is None else f"{event.step_key}: {verdict.value}"
+            if line is not None and line not in failures:
+                failures.append(line)
+    failures += refused
+    if run.status == dg.DagsterRunStatus.FAILURE and not failures:
+        failures += filter(None, [run_failure(instance, run.run_id)])
+    summaries = summarize(evaluations)
+    per_name = collections.Counter(name for _, name in summaries)
+    checks = {  # by check name; "asset name" for a name several assets' checks share
+        f"{asset} {name}" if per_name[name] > 1 else name: {
+            "passed": summary.passed,
+            "severity": summary.severity,
+            "description": summary.description,
+            "failing": summary.failing,
+        }
+        for (asset, name), summary in summaries.items()
+    }
+    stats = instance.get_run_stats(run.run_id)
+    seconds = (stats.end_time or time.time()) - (stats.start_time or stats.end_time or time.time())
+    first = run.tags.get("dagster/asset_partition_range_start")
+    last = run.tags.get("dagster/asset_partition_range_end")
+    return RunSummary(
+        run.run_id,
+        run.status.value,
+        sorted(k.to_user_string() for k in (run.asset_selection or [])),
+        f"{first}..{last}" if first else "(unpartitioned)",
+        max(seconds, 0.0),
+        failures,
+        checks,
+        held_back,
+        refused,
+    )
+
+
+class Supervisor(Protocol):
+    """What ``follow`` asks of a daemon supervisor (``daemon.DaemonSupervisor``)."""
+
+    def ensure(self) -> None: ...
+
+    def kick(self) -> None: ...
+
+
+def follow(
+    instance: dg.DagsterInstance,
+    *,
+    backfill_id: str | None = None,
+    run_id: str | None = None,
+    supervisor: Supervisor | None = None,
+    on_run: Callable[[RunSummary], None] | None = None,
+    poll_seconds: float = 0.5,
+) -> BackfillOutcome:
+    """Wait until the backfill (or the single run) is finished, reporting each run as it
+    ends; keeps a daemon running through ``supervisor``, kicked when every run has ended
+    (its iteration launches the next run, or ends the backfill, now, not in up to 30 s)."""
+    from backfill_assets.release.orphans import fail_orphaned_runs
+
+    reported: dict[str, RunSummary] = {}
+    while True:
+        if supervisor is not None:
+            supervisor.ensure()
+        for orphan in fail_orphaned_runs(instance):
+            log.warning("run %s: its process is gone; marked failed", orphan)
+        if backfill_id is not None:
+            backfill = instance.get_backfill(backfill_id)
+            status = backfill.status.value if backfill else "UNKNOWN"
+            runs = instance.get_runs(
+                filters=dg.RunsFilter(tags={tags.DAGSTER_BACKFILL: backfill_id})
+            )
+        else:
+            run = instance.get_run_by_id(run_id)
+            runs = [run] if run else []
+            status = (
+                ("COMPLETED" if run.status == dg.DagsterRunStatus.SUCCESS else "FAILED")
+                if run and run.status in RUN_DONE
+                else "REQUESTED"
+            )
+        ended = False
+        for run in sorted(runs, key=lambda r: r.run_id):
+            if run.status in RUN_DONE and run.run_id not in reported:
+                reported[run.run_id] = summarize_run(instance, run)
+                ended = True
+                if on_run:
+                    on_run(reported[run.run_id])
+        active = [r for r in runs if r.status not in RUN_DONE]
+        if status in FINISHED and not active:
+            ordered = sorted(reported.values(), key=lambda r: r.run_id)
+            return BackfillOutcome(backfill_id or run_id or "", status, ordered)
+        if ended and not active and backfill_id is not None and supervisor is not None:
+            supervisor.kick()
+        time.sleep(poll_seconds)

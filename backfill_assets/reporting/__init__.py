@@ -1,1 +1,0 @@
-"""Backfill reports (text, Markdown, PNG chart) and dry-run diffs."""

@@ -1,1 +1,0 @@
-"""Sensors of the code location: reconciliation of backups against published data."""

@@ -1,0 +1,63 @@
+"""The driver JVM's class-data-sharing archive: made by ``make`` (``backfill_assets_dev``),
+mapped by every driver (``backfill_assets.core.spark.jvm_archive``)."""
+
+import json
+import subprocess
+from pathlib import Path
+
+from backfill_assets.core.spark import jvm_archive
+from backfill_assets_dev import jvm_archive as making
+
+
+def test_the_suite_driver_jvm_maps_the_archive_make_created(spark):
+    # `make test` made it (the jvm-archive target); the session's JVM has it mapped, so
+    # the archive was accepted (a stale one is ignored by the JVM and never mapped).
+    archive = jvm_archive.archive_path()
+    assert archive.is_file(), "run `make jvm-archive` (make test and make demo do)"
+    assert making.is_current()
+    pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    maps = Path(f"/proc/{pid}/maps").read_text()
+    assert str(archive) in maps
+
+
+def test_without_an_archive_the_jvm_options_are_unchanged(monkeypatch, tmp_path: Path):
+    monkeypatch.setattr(jvm_archive, "archive_path", lambda: tmp_path / "none.jsa")
+    assert jvm_archive.java_options() == []
+    assert not making.is_current()
+
+
+def test_an_archive_of_another_java_is_not_current(monkeypatch, tmp_path: Path):
+    archive = tmp_path / "spark-driver.jsa"
+    archive.write_bytes(b"")
+    archive.with_suffix(".json").write_text(json.dumps({"java": "another", "pyspark": "0"}))
+    monkeypatch.setattr(jvm_archive, "archive_path", lambda: archive)
+    assert not making.is_current()
+    assert jvm_archive.java_options()[0] == f"-XX:SharedArchiveFile={archive}"
+
+
+def test_a_stale_archive_is_ignored_quietly(monkeypatch, tmp_path: Path):
+    archive = tmp_path / "spark-driver.jsa"
+    archive.write_bytes(b"not an archive")
+    monkeypatch.setattr(jvm_archive, "archive_path", lambda: archive)
+    java = subprocess.run(
+        [making.java(), *jvm_archive.java_options(), "-version"],
+        capture_output=True,
+        text=True,
+    )
+    assert java.returncode == 0, java.stderr
+    assert "cds" not in java.stderr.lower() and "shared archive" not in java.stderr.lower()
+
+
+def test_an_archive_dumped_before_the_jars_changed_is_not_current(monkeypatch, tmp_path: Path):
+    # An archive made before `make jars` put the S3A connector on the driver's classpath
+    # (or with other jars) is stale: the JVM would ignore it quietly, so make remakes it.
+    archive = tmp_path / "spark-driver.jsa"
+    archive.write_bytes(b"")
+    jars = tmp_path / "jars"
+    jars.mkdir()
+    monkeypatch.setenv("BACKFILL_SPARK_JARS", str(jars))
+    monkeypatch.setattr(jvm_archive, "archive_path", lambda: archive)
+    archive.with_suffix(".json").write_text(json.dumps(making.identity()))
+    assert making.is_current()
+    (jars / "hadoop-aws-3.5.0.jar").write_bytes(b"a jar")
+    assert not making.is_current()
