@@ -1,4 +1,8 @@
-"""Where things live: every path the project reads or writes, from the environment.
+"""Every environment variable the project reads, read here and only here, when it is needed
+(never at import): a bad value raises ``SettingsError``, one line naming the variable and
+the form it expects (the commands print it and exit 2; ``--help`` needs none of them).
+
+Where things live: every path the project reads or writes.
 
 - ``BACKUP_ROOT`` (``var/backups``): the backup tree to read (local path or ``s3://``).
 - ``DATA_ROOT`` (``var/data``): warehouse, embedded metastore, ledger (local path or
@@ -34,6 +38,7 @@ import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -41,6 +46,15 @@ ENVIRONMENTS = ("local", "production")
 _URI = re.compile(r"^[a-z][a-z0-9+.-]*://")
 # Where `make jars` puts the S3A connector: inside the virtualenv that runs the project.
 DEFAULT_SPARK_JARS = Path(sys.prefix) / "share" / "backfill_assets" / "jars"
+
+
+class SettingsError(ValueError):
+    """A variable whose value cannot be used; the message names it and the expected form."""
+
+
+def environ(env: Mapping[str, str] | None = None) -> Mapping[str, str]:
+    """``env``, else this process's environment (what ``${VAR}`` in Spark's files reads)."""
+    return os.environ if env is None else env
 
 
 def is_uri(location: str) -> bool:
@@ -83,7 +97,7 @@ class Settings:
         var = PROJECT_ROOT / "var"
         environment = env.get("BACKFILL_ENV", "local")
         if environment not in ENVIRONMENTS:
-            raise ValueError(
+            raise SettingsError(
                 f"BACKFILL_ENV={environment!r} is not one of {', '.join(ENVIRONMENTS)}"
             )
         return cls(
@@ -151,7 +165,7 @@ def lock_timeout_seconds(env: Mapping[str, str] | None = None) -> float:
     try:
         return float(text) if text else DEFAULT_LOCK_TIMEOUT_SECONDS
     except ValueError:
-        raise ValueError(f"{LOCK_TIMEOUT_ENV}={text!r} is not a number of seconds") from None
+        raise SettingsError(f"{LOCK_TIMEOUT_ENV}={text!r} is not a number of seconds") from None
 
 
 # What a backup file may cost to read (``ReadLimits``): its environment variables.
@@ -168,9 +182,9 @@ def _env_bytes(env: Mapping[str, str], name: str, default: int, minimum: int) ->
     try:
         value = int(text)
     except ValueError:
-        raise ValueError(f"{name}={text!r} is not a whole number of bytes") from None
+        raise SettingsError(f"{name}={text!r} is not a whole number of bytes") from None
     if value < minimum:
-        raise ValueError(f"{name}={value} must be at least {minimum} bytes")
+        raise SettingsError(f"{name}={value} must be at least {minimum} bytes")
     return value
 
 
@@ -220,8 +234,8 @@ def graphql_url(env: Mapping[str, str] | None = None) -> str | None:
 
 
 def max_range_hours(default: int, env: Mapping[str, str] | None = None) -> int:
-    """``BACKFILL_MAX_RANGE_HOURS`` (``default``); ValueError if it is not a whole number."""
-    return int(_environ(env).get(MAX_RANGE_HOURS_ENV, default))
+    """``BACKFILL_MAX_RANGE_HOURS`` (``default``): hours one command may name, at least 1."""
+    return env_int(_environ(env), MAX_RANGE_HOURS_ENV, default, 1)
 
 
 def s3_endpoint(env: Mapping[str, str] | None = None) -> str | None:
@@ -243,3 +257,142 @@ def pause_at(env: Mapping[str, str] | None = None) -> str | None:
 def pause_fifo(env: Mapping[str, str] | None = None) -> str:
     """``BACKFILL_ASSETS_PAUSE_FIFO``: where a paused process writes its checkpoint."""
     return _environ(env)[PAUSE_FIFO_ENV]
+
+
+def env_int(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
+    """A whole-number variable of ``env`` (``default`` when unset or empty)."""
+    text = (env.get(name) or "").strip()
+    if not text:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise SettingsError(f"{name}={text!r}: expected a whole number") from None
+    if value < minimum:
+        raise SettingsError(f"{name}={value}: expected {minimum} or more")
+    return value
+
+
+def _switch(env: Mapping[str, str], name: str, default: str) -> bool:
+    text = (env.get(name) or default).strip().lower()
+    if text in ("on", "1", "true", "yes"):
+        return True
+    if text in ("off", "0", "false", "no"):
+        return False
+    raise SettingsError(f"{name}={text!r}: expected on or off")
+
+
+# --------------------------------------------------------------------- the partitions
+PARTITIONS_START_ENV, PARTITIONS_END_ENV = "BACKFILL_PARTITIONS_START", "BACKFILL_PARTITIONS_END"
+DEFAULT_PARTITIONS_START = "2026-01-01T00"
+HOUR_FORMAT = "%Y-%m-%dT%H"
+_HOUR_KEY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}")  # fullmatch, ASCII digits
+
+
+def _hour_value(name: str, value: str) -> str:
+    try:
+        if _HOUR_KEY.fullmatch(value):
+            datetime.strptime(value, HOUR_FORMAT)
+            return value
+    except ValueError:
+        pass
+    raise SettingsError(
+        f"{name}={value!r}: expected an hour YYYY-MM-DDTHH (UTC), e.g. 2026-01-01T00"
+    )
+
+
+def partition_span(env: Mapping[str, str] | None = None) -> tuple[str, str | None]:
+    """The partitions: ``BACKFILL_PARTITIONS_START`` (``2026-01-01T00``), the first hour, and
+    ``BACKFILL_PARTITIONS_END`` (unset: up to the current hour), the first hour after them."""
+    env = _environ(env)
+    start = _hour_value(
+        PARTITIONS_START_ENV,
+        (env.get(PARTITIONS_START_ENV) or "").strip() or DEFAULT_PARTITIONS_START,
+    )
+    end_text = (env.get(PARTITIONS_END_ENV) or "").strip()
+    end = _hour_value(PARTITIONS_END_ENV, end_text) if end_text else None
+    if end is not None and end <= start:
+        raise SettingsError(
+            f"{PARTITIONS_END_ENV}={end} must be after {PARTITIONS_START_ENV}={start}"
+        )
+    return start, end
+
+
+# ------------------------------------------------------------------ the change gates
+GATE_MAX_DECREASE_ENV = "BACKFILL_GATE_MAX_DECREASE"
+GATE_MAX_INCREASE_ENV = "BACKFILL_GATE_MAX_INCREASE"
+GATE_MAX_REMOVED_ENV = "BACKFILL_GATE_MAX_REMOVED"
+
+
+def _share(env: Mapping[str, str], name: str, *, off: bool = False) -> float | str | None:
+    text = (env.get(name) or "").strip()
+    if off and text.lower() == "off":
+        return None
+    if not text:
+        return ""
+    try:
+        value = float(text)
+    except ValueError:
+        form = "a share such as 0.2" + (" or off" if off else "")
+        raise SettingsError(f"{name}={text!r}: expected {form}") from None
+    if value < 0 or (not off and value > 1):
+        raise SettingsError(f"{name}={text}: expected {'0 or more' if off else '0..1'}")
+    return value
+
+
+def gate_limits(env: Mapping[str, str] | None = None) -> dict[str, float | None]:
+    """The change gates' limits that are set (``core.warehouse.gates.Limits``' fields):
+    ``BACKFILL_GATE_MAX_DECREASE``, ``_MAX_INCREASE`` (or ``off``), ``_MAX_REMOVED``."""
+    env = _environ(env)
+    values = {
+        "max_decrease": _share(env, GATE_MAX_DECREASE_ENV),
+        "max_increase": _share(env, GATE_MAX_INCREASE_ENV, off=True),
+        "max_removed": _share(env, GATE_MAX_REMOVED_ENV),
+    }
+    return {field: value for field, value in values.items() if value != ""}
+
+
+# ------------------------------------------------------------------- reconciliation
+def reconcile_values(env: Mapping[str, str] | None = None) -> dict[str, int | bool]:
+    """``core.reconcile.findings.ReconcileConfig``'s fields from the environment:
+    ``BACKFILL_RECONCILE_INTERVAL_SECONDS`` (300), ``BACKFILL_MAX_HOURS_PER_TICK`` (48),
+    ``BACKFILL_RECONCILE_WINDOW_HOURS`` (168), ``BACKFILL_RECONCILE_GRACE_HOURS`` (2),
+    ``BACKFILL_RECONCILE_SENSOR`` (on)."""
+    env = _environ(env)
+    return {
+        "interval_seconds": env_int(env, "BACKFILL_RECONCILE_INTERVAL_SECONDS", 300, 1),
+        "max_hours_per_tick": env_int(env, "BACKFILL_MAX_HOURS_PER_TICK", 48, 1),
+        "window_hours": env_int(env, "BACKFILL_RECONCILE_WINDOW_HOURS", 168, 1),
+        "grace_hours": env_int(env, "BACKFILL_RECONCILE_GRACE_HOURS", 2, 0),
+        "enabled": _switch(env, "BACKFILL_RECONCILE_SENSOR", "on"),
+    }
+
+
+# ------------------------------------------------------------- erasure and retention
+ERASURE_SALT_ENV = "BACKFILL_ERASURE_SALT"
+VACUUM_SCHEDULE_ENV = "BACKFILL_VACUUM_SCHEDULE"
+
+
+def erasure_salt(default: str, env: Mapping[str, str] | None = None) -> str:
+    """``BACKFILL_ERASURE_SALT``: the salt erased users' digests are made with."""
+    return _environ(env).get(ERASURE_SALT_ENV) or default
+
+
+def vacuum_schedule_on(env: Mapping[str, str] | None = None) -> bool:
+    """``BACKFILL_VACUUM_SCHEDULE`` (off): whether the daily vacuum schedule runs."""
+    return _switch(_environ(env), VACUUM_SCHEDULE_ENV, "off")
+
+
+def check_environment(env: Mapping[str, str] | None = None) -> None:
+    """Read every variable above once (``SettingsError`` at the first bad one): what a
+    command calls before it starts anything, so a bad value read later, in a run or the
+    sensor, is named at once, in one line."""
+    env = _environ(env)
+    Settings.from_env(env)
+    partition_span(env)
+    max_range_hours(1, env)
+    lock_timeout_seconds(env)
+    ReadLimits.from_env(env)
+    gate_limits(env)
+    reconcile_values(env)
+    vacuum_schedule_on(env)

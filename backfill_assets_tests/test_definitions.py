@@ -9,10 +9,10 @@ from pathlib import Path
 import dagster as dg
 import yaml
 
-from backfill_assets.core.hours import hourly_partitions
 from backfill_assets.core.tags import PUBLISH_POOL
 from backfill_assets.definitions import build_definitions
 from backfill_assets.defs.checks.published import RELEASE_GATE
+from backfill_assets.defs.partitions import hourly_partitions_def
 from backfill_assets.defs.publish.assets import PUBLISH
 from backfill_assets.defs.publish.vacuum import SCHEDULE_ENV, VACUUM_JOB, VACUUM_SCHEDULE
 from backfill_assets.settings import PROJECT_ROOT
@@ -40,12 +40,12 @@ def test_every_asset_is_hourly_single_run_described_and_versioned(base_settings)
         node = graph.get(key)
         assert node.description, key
         if key == PUBLISH:
-            assert node.partitions_def == hourly_partitions and node.group_name == "release"
+            assert node.partitions_def == hourly_partitions_def() and node.group_name == "release"
             assert node.backfill_policy == dg.BackfillPolicy.single_run()
             assert node.pools == {PUBLISH_POOL}
             assert node.is_materializable
             continue
-        assert node.partitions_def == hourly_partitions, key
+        assert node.partitions_def == hourly_partitions_def(), key
         assert node.group_name in ("raw", "transformed", "aggregated"), key
         if key.path[0] == "shadow":
             shadows.append(key)
@@ -71,7 +71,7 @@ def test_every_asset_is_hourly_single_run_described_and_versioned(base_settings)
             assert mapping == window, shadow
     checks = {k: graph.get_check_spec(k) for k in graph.asset_check_keys}
     # every check is evaluated per hour (one result per partition in the UI)
-    assert all(spec.partitions_def == hourly_partitions for spec in checks.values())
+    assert all(spec.partitions_def == hourly_partitions_def() for spec in checks.values())
     # the shadows' checks block the publish; the published tables show the release gate
     assert {k.asset_key for k, spec in checks.items() if spec.blocking} == set(shadows) - {
         dg.AssetKey(["shadow", "raw_quarantine_candidate"])

@@ -15,6 +15,7 @@ import signal
 import sys
 
 from backfill_assets.core.warehouse.ledger_file import LedgerUnavailable
+from backfill_assets.settings import SettingsError, check_environment
 
 # Subcommand modules: of this package, or (the development commands, by their commands) of
 # the development package, which the code location's image does not carry.
@@ -141,9 +142,10 @@ def main(argv: list[str] | None = None) -> int:
             logging.getLogger(name).setLevel(logging.WARNING)
     signal.signal(signal.SIGTERM, _interrupt)  # unwind as for Ctrl-C: children stopped
     try:
+        check_environment()  # a bad variable is named now, not deep in a run
         _preflight(args)
         return int(args.handler(args) or 0)
-    except (CommandError, LedgerUnavailable) as exc:  # the ledger: missing, damaged, down
+    except (CommandError, LedgerUnavailable, SettingsError) as exc:  # ledger missing or down
         print(f"backfill-assets {args.command}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (``_interrupt``)

@@ -1,32 +1,24 @@
-"""The one hourly partitioning shared by every layer, and strict helpers for hour keys.
+"""Hour keys and the partitions' span, strictly (Dagster-free).
 
 Partition keys are the table's ``hour`` values (``YYYY-MM-DDTHH``, UTC), so what the UI
-shows, what the CLI takes and what the tables hold are the same strings.
-
-The partitions span the hours that hold data, so the catalog, the partition bar and the
-launch dialog show those and not months of empty hours before them:
-
-- ``BACKFILL_PARTITIONS_START`` (``2026-01-01T00``): the first hour;
-- ``BACKFILL_PARTITIONS_END`` (unset: up to the current hour): the first hour *after* the
-  partitions (exclusive), for a fixed data set such as the demo's day.
-
-Both are read once, when the code location loads (every process that loads it: the
-webserver, the daemon, each run, the CLI); a malformed value fails the load naming the
-variable.
+shows, what the CLI takes and what the tables hold are the same strings. The partitions
+span ``BACKFILL_PARTITIONS_START`` .. ``BACKFILL_PARTITIONS_END`` (``settings.partition_span``,
+read at each use; unset end: up to the newest complete hour). ``defs.partitions`` makes
+Dagster's partitions definition of the same span.
 """
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 
-import dagster as dg
+from backfill_assets.settings import (
+    HOUR_FORMAT,
+    PARTITIONS_END_ENV,
+    PARTITIONS_START_ENV,
+    partition_span,
+)
 
-HOUR_FORMAT = "%Y-%m-%dT%H"
-ENV_START, ENV_END = "BACKFILL_PARTITIONS_START", "BACKFILL_PARTITIONS_END"
-DEFAULT_START = "2026-01-01T00"
 _HOUR_KEY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}")  # fullmatch, ASCII digits
 
 
@@ -43,40 +35,18 @@ def _strict_hour(key: str) -> datetime:
         raise InvalidHourError(f"invalid hour {key!r}: {exc}") from None
 
 
-def configured_span(env: Mapping[str, str] | None = None) -> tuple[str, str | None]:
-    """(first hour, first hour after the partitions or None) from the environment."""
-    env = os.environ if env is None else env
-    start = env.get(ENV_START, "").strip() or DEFAULT_START
-    end = env.get(ENV_END, "").strip() or None
-    for name, value in ((ENV_START, start), (ENV_END, end)):
-        if value is not None:
-            try:
-                _strict_hour(value)
-            except InvalidHourError as exc:
-                raise InvalidHourError(f"{name}: {exc}") from None
-    if end is not None and end <= start:
-        raise InvalidHourError(f"{ENV_END}={end} must be after {ENV_START}={start}")
-    return start, end
-
-
-PARTITIONS_START, PARTITIONS_END = configured_span()
-
-hourly_partitions = dg.HourlyPartitionsDefinition(
-    start_date=PARTITIONS_START, end_date=PARTITIONS_END, fmt=HOUR_FORMAT, timezone="UTC"
-)
-
-
 def parse_hour(key: str) -> datetime:
     """Parse and validate an hour key; the only way a key may reach SQL or a path."""
     hour = _strict_hour(key)
-    if key < PARTITIONS_START:
+    start, end = partition_span()
+    if key < start:
         raise InvalidHourError(
-            f"hour {key} is before the first partition {PARTITIONS_START} ({ENV_START})"
+            f"hour {key} is before the first partition {start} ({PARTITIONS_START_ENV})"
         )
-    if PARTITIONS_END is not None and key >= PARTITIONS_END:
+    if end is not None and key >= end:
         raise InvalidHourError(
             f"hour {key} is after the last partition (the partitions end before "
-            f"{PARTITIONS_END}: {ENV_END})"
+            f"{end}: {PARTITIONS_END_ENV})"
         )
     return hour
 
@@ -116,9 +86,10 @@ def hours_between(first: str, last: str) -> list[str]:
 
 def clamp_range(first: str, last: str) -> tuple[str, str] | None:
     """``first..last`` cut to the partitions (None if nothing of it is inside)."""
-    first = max(first, PARTITIONS_START)
-    if PARTITIONS_END is not None:
-        last = min(last, shift_hour(PARTITIONS_END, -1))
+    start, end = partition_span()
+    first = max(first, start)
+    if end is not None:
+        last = min(last, shift_hour(end, -1))
     return (first, last) if first <= last else None
 
 
@@ -128,16 +99,27 @@ def backup_hour_path(key: str) -> str:
     return f"date={hour:%Y-%m-%d}/hour={hour:%H}"
 
 
+def newest_partition(now: datetime | None = None) -> str | None:
+    """The newest partition: the hour before ``BACKFILL_PARTITIONS_END``, else the newest
+    complete hour (UTC; as Dagster's hourly partitions end); None before the first."""
+    start, end = partition_span()
+    if end is not None:
+        newest = shift_hour(end, -1)
+    else:
+        newest = hour_key((now or datetime.now(UTC)) - timedelta(hours=1))
+    return newest if newest >= start else None
+
+
 def within_partitions(last: str) -> None:
     """Refuse a range ending after the newest partition (with ``BACKFILL_PARTITIONS_END``
     unset: the newest complete hour, which moves with the clock)."""
-    newest = hourly_partitions.get_last_partition_key()
+    newest = newest_partition()
     if newest is None or last > newest:
         raise InvalidHourError(
             f"hour {last} is not a partition yet: the newest is {newest or 'none'} "
             + (
-                f"({ENV_END}={PARTITIONS_END})"
-                if PARTITIONS_END
+                f"({PARTITIONS_END_ENV}={partition_span()[1]})"
+                if partition_span()[1]
                 else "(the newest complete hour, UTC)"
             )
             + "; nothing of it can be rebuilt"

@@ -46,6 +46,7 @@ LINES_READ = "lines_read"  # of a file in INPUT_FILES_LIST: lines read (valid, r
 MAX_LISTED_FILES = 500
 HOUR_BACKUP_PROBLEMS = "hour_backup_problems"  # this hour's problems, at most MAX_LISTED_PROBLEMS
 MAX_LISTED_PROBLEMS = 200
+ROWS = "rows"  # of a shadow materialization: the rows written (per hour)
 # Run-level metadata (the same on every hour's event, so a count, never a list).
 BACKUP_PROBLEMS = "backup_problems"
 

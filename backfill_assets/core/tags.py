@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from backfill_assets.core.hours import InvalidHourError, hour_range
 from backfill_assets.core.text import one_line
 
 _RELEASE_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -129,7 +130,6 @@ def allowed_missing_hours(tags: Mapping[str, str], hours: list[str]) -> set[str]
 def partition_range(tags: Mapping[str, str]) -> list[str]:
     """The hours a run targets (its partition or partition range tags); [] if none or
     not hour keys."""
-    from backfill_assets.core.hours import InvalidHourError, hour_range
 
     first = tags.get("dagster/asset_partition_range_start") or tags.get("dagster/partition")
     last = tags.get("dagster/asset_partition_range_end") or first

@@ -28,6 +28,7 @@ from backfill_assets.core import tags
 from backfill_assets.core.hours import InvalidHourError, parse_hour
 from backfill_assets.release.keys import PUBLISH_KEY
 from backfill_assets.release.launch import IN_FLIGHT as RUN_IN_FLIGHT
+from backfill_assets.release.orphans import fail_orphaned_runs
 
 BACKFILL_IN_FLIGHT = ("REQUESTED", "CANCELING", "FAILING")
 RUN_RUNNING = (dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED)
@@ -109,7 +110,6 @@ def in_flight(instance: dg.DagsterInstance) -> list[Release]:
     is gone is marked failed first: it holds nothing). A run left queued or not started
     holds its hours until it runs or is cancelled (``backfill-assets cancel``, which stops
     such runs too): the refusal says that none of its runs has started."""
-    from backfill_assets.release.orphans import fail_orphaned_runs
 
     fail_orphaned_runs(instance)
     found: dict[str, Release] = {}

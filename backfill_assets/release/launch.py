@@ -38,6 +38,7 @@ from backfill_assets.core import tags
 from backfill_assets.core.errors import cause_line
 from backfill_assets.core.text import one_line
 from backfill_assets.release.keys import PUBLISH_KEY
+from backfill_assets.release.orphans import fail_orphaned_runs
 from backfill_assets.release.outcomes import summarize
 from backfill_assets.settings import PROJECT_ROOT, Settings, graphql_url
 
@@ -389,7 +390,6 @@ def follow(
     """Wait until the backfill (or the single run) is finished, reporting each run as it
     ends; keeps a daemon running through ``supervisor``, kicked when every run has ended
     (its iteration launches the next run, or ends the backfill, now, not in up to 30 s)."""
-    from backfill_assets.release.orphans import fail_orphaned_runs
 
     reported: dict[str, RunSummary] = {}
     while True:

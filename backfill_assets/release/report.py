@@ -29,7 +29,7 @@ from typing import Any
 import dagster as dg
 
 from backfill_assets.core import tags
-from backfill_assets.core.names import BACKUP_PROBLEMS, MANIFEST_RECORDS, Layer
+from backfill_assets.core.names import BACKUP_PROBLEMS, MANIFEST_RECORDS, ROWS, Layer
 from backfill_assets.core.reconcile.findings import REQUEST_ID_TAG
 from backfill_assets.core.reporting.diff import DiffCounts
 from backfill_assets.core.reporting.render import (
@@ -47,8 +47,7 @@ from backfill_assets.core.spark.session import (
 )
 from backfill_assets.core.warehouse.publisher import PROVISIONAL
 from backfill_assets.core.warehouse.tables import UnsafeValueError
-from backfill_assets.defs.publish.cancel import cancellation_line
-from backfill_assets.defs.resources.io_managers import ROWS
+from backfill_assets.release.cancellation import cancellation_line
 from backfill_assets.release.keys import PUBLISH_KEY, table_key, table_name
 from backfill_assets.release.launch import step_failure
 from backfill_assets.release.outcomes import summarize

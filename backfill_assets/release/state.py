@@ -28,7 +28,8 @@ from backfill_assets.core.hours import shift_hour as _shift
 from backfill_assets.core.names import ERASED_LINES, HOUR_INPUT_FILES, INPUT_FILES_LIST, Layer
 from backfill_assets.core.reconcile.findings import Published, ReconcileConfig, Window, find
 from backfill_assets.core.reconcile.requests import Reconciliation, plan
-from backfill_assets.core.warehouse.publisher import PROVISIONAL
+from backfill_assets.core.warehouse import audit
+from backfill_assets.core.warehouse.publisher import COMMIT, PROVISIONAL
 from backfill_assets.release.keys import table_key
 
 if TYPE_CHECKING:
@@ -247,8 +248,6 @@ def published_from_ledger(
     """Published partitions of ``layers`` in ``hours`` from the ledger: the last committed
     event per (table, hour), joined to ``audit.shadow_partitions`` by location (a rollback
     event names the location, not the version). Database queries, no Spark."""
-    from backfill_assets.core.warehouse import audit
-    from backfill_assets.core.warehouse.publisher import COMMIT
 
     table_layer = {table: layer.name for layer in layers for _, table in layer.pairs}
     where = {"phase": COMMIT, "table_name": list(table_layer), "hour": list(hours)}

@@ -18,11 +18,12 @@ import dagster as dg
 import pytest
 
 from backfill_assets.core.backups.store import LocalBackupStore
-from backfill_assets.core.hours import ENV_END, hours_between
+from backfill_assets.core.hours import hours_between
 from backfill_assets.definitions import build_definitions
 from backfill_assets.defs.sensors.reconciliation import SENSOR_NAME
 from backfill_assets.release import daemon, launch
 from backfill_assets.release.keys import table_key
+from backfill_assets.settings import PARTITIONS_END_ENV as ENV_END
 from backfill_assets.settings import Settings
 from backfill_assets_dev.generator import generate_backups, land_held_back
 from backfill_assets_tests.real_backfill import backfill_id_of, cli, latest, provisional

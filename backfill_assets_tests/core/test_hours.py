@@ -8,20 +8,21 @@ import dagster as dg
 import pytest
 
 from backfill_assets.core.hours import (
-    ENV_END,
-    ENV_START,
     InvalidHourError,
     backup_hour_path,
-    configured_span,
     hour_range,
-    hourly_partitions,
+    newest_partition,
     parse_hour,
     shift_hour,
 )
+from backfill_assets.defs.partitions import hourly_partitions_def
+from backfill_assets.settings import PARTITIONS_END_ENV as ENV_END
+from backfill_assets.settings import PARTITIONS_START_ENV as ENV_START
+from backfill_assets.settings import SettingsError, partition_span
 
 
 def test_partition_keys_are_table_hour_values():
-    keys = hourly_partitions.get_partition_keys_in_range(
+    keys = hourly_partitions_def().get_partition_keys_in_range(
         dg.PartitionKeyRange("2026-11-20T22", "2026-11-21T01")
     )
     assert keys == hour_range("2026-11-20T22", "2026-11-21T01")
@@ -59,13 +60,24 @@ def test_empty_range_is_an_error():
 
 
 def test_span_from_the_environment_is_validated_and_named():
-    assert configured_span({}) == ("2026-01-01T00", None)
+    assert partition_span({}) == ("2026-01-01T00", None)
     span = {ENV_START: "2026-11-20T00", ENV_END: "2026-11-21T00"}
-    assert configured_span(span) == ("2026-11-20T00", "2026-11-21T00")
-    with pytest.raises(InvalidHourError, match=ENV_START):
-        configured_span({ENV_START: "2026-11-20"})
-    with pytest.raises(InvalidHourError, match=f"{ENV_END}=2026-11-20T00 must be after"):
-        configured_span({ENV_START: "2026-11-20T00", ENV_END: "2026-11-20T00"})
+    assert partition_span(span) == ("2026-11-20T00", "2026-11-21T00")
+    with pytest.raises(SettingsError, match=ENV_START):
+        partition_span({ENV_START: "2026-11-20"})
+    with pytest.raises(SettingsError, match=f"{ENV_END}=2026-11-20T00 must be after"):
+        partition_span({ENV_START: "2026-11-20T00", ENV_END: "2026-11-20T00"})
+
+
+def test_the_newest_partition_is_dagsters(monkeypatch):
+    """Computed without Dagster, the newest partition is the one Dagster's definition of the
+    same span ends with: the hour before the end, else the newest complete hour."""
+    monkeypatch.delenv(ENV_END, raising=False)
+    monkeypatch.setenv(ENV_START, "2026-01-01T00")
+    assert newest_partition() == hourly_partitions_def().get_last_partition_key()
+    monkeypatch.setenv(ENV_END, "2026-11-21T00")
+    assert newest_partition() == hourly_partitions_def().get_last_partition_key()
+    assert newest_partition() == "2026-11-20T23"
 
 
 def test_a_configured_span_is_what_the_code_location_partitions(tmp_path):

@@ -26,8 +26,9 @@ import dagster as dg
 import pytest
 
 from backfill_assets.core import tags
-from backfill_assets.core.hours import ENV_END, ENV_START
 from backfill_assets.release import keys
+from backfill_assets.settings import PARTITIONS_END_ENV as ENV_END
+from backfill_assets.settings import PARTITIONS_START_ENV as ENV_START
 from backfill_assets.settings import PROJECT_ROOT
 from backfill_assets_tests.stack.servers import Processes, free_port
 

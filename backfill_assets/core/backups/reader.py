@@ -58,6 +58,7 @@ from backfill_assets.core.backups.parsed_rows import (
     TYPES,
     ParsedRows,
 )
+from backfill_assets.core.backups.reader_executors import read_with_executors
 from backfill_assets.core.backups.spark_lines import KIND_FILE, KIND_READ, KIND_UNDECIDED, parse
 from backfill_assets.core.backups.store import BackupStore
 from backfill_assets.core.hours import parse_hour
@@ -330,7 +331,6 @@ def _read_with_executors(
     spark: SparkSession, store: BackupStore, folders: list[Folder], limits: ReadLimits
 ) -> Iterator[JudgedLines]:
     """From a store Spark cannot open: the executors' reader judges every line in one pass."""
-    from backfill_assets.core.backups.reader_executors import read_with_executors
 
     # cached as well: the caller's counts and its two writes read the backups once
     parsed = read_with_executors(spark, store, folders, PARSED_SCHEMA, limits).persist(

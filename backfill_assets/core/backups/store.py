@@ -1,4 +1,5 @@
-"""Read-only access to a backup tree: the local file system or S3 (``dagster-aws``).
+"""Read-only access to a backup tree: the local file system or S3 (boto3, Dagster-free;
+``defs.resources`` hands the S3 store dagster-aws's client).
 
 The driver uses a store to list folders and read manifests (small); the part files are read
 on the executors: by Spark itself (``spark_path``: a local path, or ``s3a://`` through
@@ -12,14 +13,12 @@ import contextlib
 import errno
 import os
 import stat
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import dagster as dg
-from dagster_aws.s3 import S3Resource
-from pydantic import PrivateAttr
+import boto3
 
 from backfill_assets.settings import s3_endpoint, spark_location
 
@@ -52,7 +51,7 @@ class NotRegularFile(OSError):
     """A path that is not (or no longer) a regular file of the tree: never read."""
 
 
-class BackupStore(dg.ConfigurableResource):
+class BackupStore:
     """The interface every store implements; paths are relative to ``root``, ``/``-separated."""
 
     root: str
@@ -91,8 +90,11 @@ class BackupStore(dg.ConfigurableResource):
         return spark.read.format("binaryFile").load(paths).select("path", "content")
 
 
+@dataclass(frozen=True)
 class LocalBackupStore(BackupStore):
     """A backup tree on a local (or mounted) file system."""
+
+    root: str
 
     def list_dir(self, rel: str) -> list[str]:
         try:
@@ -141,26 +143,36 @@ class LocalBackupStore(BackupStore):
         return str((Path(self.root) / rel).resolve())
 
 
+@dataclass
 class S3BackupStore(BackupStore):
     """A backup tree under ``s3://bucket/prefix``: listed with boto3 (``S3Resource``) on the
     driver; part files read by Spark through S3A (``s3a``: the connector's jars are on the
     classpath, ``spark_path`` spells them ``s3a://``), else fetched with pyarrow on the
     executors (``read_files``).
 
-    The endpoint is ``S3Resource.endpoint_url``, else ``AWS_ENDPOINT_URL_S3`` /
-    ``AWS_ENDPOINT_URL`` of the driver (an S3-compatible store); credentials come from
-    each process's default AWS chain, never through Spark.
+    ``client_factory`` makes the driver's boto3 client (default: boto3's, for
+    ``endpoint_url`` and ``region``). The endpoint is ``endpoint_url``, else
+    ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL`` of the driver (an S3-compatible store);
+    credentials come from each process's default AWS chain, never through Spark.
     """
 
-    s3: dg.ResourceDependency[S3Resource]
+    root: str
+    client_factory: Callable[[], Any] | None = None
+    endpoint_url: str | None = None
+    region: str | None = None
     s3a: bool = False  # Spark reads the part files itself, through Hadoop's S3A
-    _client: Any = PrivateAttr(default=None)
+    _client: Any = field(default=None, init=False, repr=False, compare=False)
 
     def client(self) -> Any:
         """One boto3 client per store (creating one costs more than a listing)."""
         if self._client is None:
-            self._client = self.s3.get_client()
+            self._client = (self.client_factory or self._boto3_client)()
         return self._client
+
+    def _boto3_client(self) -> Any:
+        return boto3.session.Session(region_name=self.region).client(
+            "s3", endpoint_url=self.endpoint()
+        )
 
     def _bucket_key(self, rel: str) -> tuple[str, str]:
         without_scheme = self.root.split("://", 1)[1]
@@ -200,7 +212,7 @@ class S3BackupStore(BackupStore):
         return spark_location(path) if self.s3a else path
 
     def endpoint(self) -> str | None:
-        return self.s3.endpoint_url or s3_endpoint()
+        return self.endpoint_url or s3_endpoint()
 
     def spark_reads_files(self) -> bool:
         return self.s3a  # else no S3A on the classpath: the executors fetch with pyarrow
@@ -209,7 +221,7 @@ class S3BackupStore(BackupStore):
         if not rels:
             return spark.createDataFrame([], FILES_SCHEMA)
         objects = [self._bucket_key(rel) for rel in rels]
-        fetch = _s3_fetcher(self.endpoint(), self.s3.region_name)
+        fetch = _s3_fetcher(self.endpoint(), self.region)
         tasks = max(1, -(-len(objects) // FILES_PER_TASK))
         keys = spark.createDataFrame([f"{b}/{k}" for b, k in objects], "string").toDF("key")
         return keys.repartition(tasks).mapInArrow(fetch, FILES_SCHEMA)

@@ -36,12 +36,12 @@ every layer but the session layer are received hours (``plan.plan_ranges``).
 from __future__ import annotations
 
 import hashlib
-import os
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from backfill_assets import settings
 from backfill_assets.core import tags
 from backfill_assets.core.backups.inventory import HourInventory
 from backfill_assets.core.hours import hour_range, shift_hour
@@ -81,20 +81,6 @@ PlanRanges = Callable[[Sequence[str], str, str], list[tuple[str, str, str]]]
 # ----------------------------------------------------------------------------- settings
 
 
-def _env_int(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
-    """An integer setting from ``env``; a ValueError names the variable and the value."""
-    text = (env.get(name) or "").strip()
-    if not text:
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"{name}={text!r} is not a whole number") from None
-    if value < minimum:
-        raise ValueError(f"{name}={value} must be at least {minimum}")
-    return value
-
-
 @dataclass(frozen=True)
 class ReconcileConfig:
     """Reconciliation settings (environment variables, read when definitions load).
@@ -117,15 +103,7 @@ class ReconcileConfig:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ReconcileConfig:
-        env = os.environ if env is None else env
-        return cls(
-            interval_seconds=_env_int(env, "BACKFILL_RECONCILE_INTERVAL_SECONDS", 300, 1),
-            max_hours_per_tick=_env_int(env, "BACKFILL_MAX_HOURS_PER_TICK", 48, 1),
-            window_hours=_env_int(env, "BACKFILL_RECONCILE_WINDOW_HOURS", 168, 1),
-            grace_hours=_env_int(env, "BACKFILL_RECONCILE_GRACE_HOURS", 2, 0),
-            enabled=env.get("BACKFILL_RECONCILE_SENSOR", "on").strip().lower()
-            not in ("off", "0", "false", "no"),
-        )
+        return cls(**settings.reconcile_values(env))
 
 
 # ------------------------------------------------------------------------------- model

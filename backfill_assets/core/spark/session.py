@@ -14,13 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import dagster as dg
-from dagster_pyspark import LazyPySparkResource
-from pydantic import PrivateAttr
 from pyspark.sql import SparkSession
 
-from backfill_assets.core.spark import jvm_archive
-from backfill_assets.settings import Settings, is_uri
+from backfill_assets.core.spark import jvm_archive, preflight
+from backfill_assets.settings import Settings, environ, is_uri
 
 # ${VAR} (required) or ${VAR:-default}.
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -53,7 +50,7 @@ def read_conf(
     With ``resolve=False`` the ``${VAR}`` placeholders are kept as written, to be resolved
     by ``resolve_conf`` where the Spark session starts (the run's process).
     """
-    env = os.environ if env is None else env
+    env = environ(env)
     conf: dict[str, str] = {}
     for number, raw in enumerate(path.read_text().splitlines(), start=1):
         line = raw.strip()
@@ -84,7 +81,7 @@ def resolve_conf(
     A missing variable raises ``SparkConfigError`` naming every missing variable and the
     keys that need them, so a run fails where its session starts, saying what to set.
     """
-    env = os.environ if env is None else env
+    env = environ(env)
     missing: dict[str, list[str]] = {}
     for key, value in conf.items():
         for match in _VAR.finditer(value):
@@ -164,65 +161,32 @@ def s3a_conf(settings: Settings) -> dict[str, str]:
     return conf
 
 
-class SparkResource(LazyPySparkResource):
-    """dagster-pyspark's lazy session (started on first use, once per run process).
+def start_session(config: Mapping[str, str], data_root: str | None = None) -> SparkSession:
+    """This process's Spark session for ``config`` (``spark_config``'s, its ``${VAR}``s
+    resolved here from this process's environment, so a missing variable fails naming it).
 
-    ``spark_config`` may hold ``${VAR}`` placeholders (the production profile): they are
-    resolved from the run process's environment when the session starts, so the code
-    location loads anywhere and a run missing a variable fails naming it.
-
+    Before a JVM starts, ``data_root`` (when given) is checked by ``preflight.before_spark``
+    (``PreflightError``: an unwritable ``DATA_ROOT``, a metastore held by another process).
     Python workers run the driver's interpreter (the project's virtualenv) unless
-    ``PYSPARK_PYTHON`` says otherwise, as on a cluster image. Before the session starts,
-    ``data_root`` (when set) is checked by ``preflight.before_spark``: an unwritable
-    ``DATA_ROOT`` or a metastore held by another process fails the run at once with a
-    ``dg.Failure`` naming the cause, before a JVM is started.
+    ``PYSPARK_PYTHON`` says otherwise, as on a cluster image.
     """
-
-    data_root: str | None = None
-    _usage_mark: tuple[int, float] | None = PrivateAttr(default=None)
-
-    def usage(self) -> SparkUsage | None:
-        """What this run's Spark work cost so far (from its session's start in this
-        resource); None before the session started."""
-        if self._spark_session is None or self._usage_mark is None:
-            return None
-        return spark_usage(self._spark_session, *self._usage_mark)
-
-    def _init_session(self) -> None:
-        if self._spark_session is None:
-            if self.data_root:
-                from backfill_assets.core.spark import preflight
-
-                try:
-                    preflight.before_spark(self.data_root)
-                except preflight.PreflightError as exc:
-                    raise dg.Failure(description=str(exc)) from None
-            conf = resolve_conf(self.spark_config)  # raises naming a missing variable
-            archive = jvm_archive.java_options()  # a faster JVM start, when there is one
-            if archive:
-                for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
-                    conf[key] = " ".join([conf.get(key, ""), *archive]).strip()
-            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-            builder = SparkSession.builder
-            for key, value in conf.items():
-                builder = builder.config(key, value)
-            began, cold = time.time(), SparkSession.getActiveSession() is None
-            self._spark_session = builder.getOrCreate()
-            if cold:  # this process's Spark start: JVM, context, session
-                _STARTED.update(at=began, seconds=time.time() - began)
-            self._usage_mark = (_last_stage(self._spark_session), time.monotonic())
-
-
-def spark_resource(settings: Settings) -> SparkResource:
-    """The Spark resource of ``settings`` (its session is checked before it starts)."""
-    return SparkResource(
-        spark_config=spark_config(settings, resolve=False), data_root=settings.data_root
-    )
+    if data_root:
+        preflight.before_spark(data_root)
+    conf = resolve_conf(config)  # raises naming a missing variable
+    archive = jvm_archive.java_options()  # a faster JVM start, when there is one
+    if archive:
+        for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
+            conf[key] = " ".join([conf.get(key, ""), *archive]).strip()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the workers' (child) environment
+    builder = SparkSession.builder
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
 
 
 def spark_session(settings: Settings) -> SparkSession:
     """A session outside Dagster (CLI, tests) with exactly the code location's config."""
-    return spark_resource(settings).spark_session
+    return start_session(spark_config(settings, resolve=False), settings.data_root)
 
 
 # ----------------------------------------------------------------------- cost of a run
@@ -282,7 +246,7 @@ def _stages_newest_first(spark: SparkSession):
         iterator.close()
 
 
-def _last_stage(spark: SparkSession) -> int:
+def last_stage(spark: SparkSession) -> int:
     return next((stage.stageId() for stage in _stages_newest_first(spark)), -1)
 
 
@@ -320,27 +284,3 @@ SPARK_STARTED_AT = "spark_started_at"
 SPARK_START_SECONDS = "spark_start_seconds"
 # The driver's peak resident memory (JVM + Python) so far in the run, bytes.
 DRIVER_PEAK_BYTES = "driver_peak_rss_bytes"
-_STARTED: dict[str, float] = {}  # this process's Spark start (at, seconds), once it started
-
-
-def usage_metadata(resource: object) -> dict[str, float | int]:
-    """The run's Spark usage so far as metadata ({} when the resource cannot tell)."""
-    usage = resource.usage() if isinstance(resource, SparkResource) else None
-    if usage is None:
-        return {}
-    started = (
-        {
-            SPARK_STARTED_AT: round(_STARTED["at"], 3),
-            SPARK_START_SECONDS: round(_STARTED["seconds"], 1),
-        }
-        if _STARTED
-        else {}
-    )
-    peak = usage.driver_peak_bytes
-    return {
-        SPARK_TASK_SECONDS: usage.task_seconds,
-        SPARK_CORES: usage.cores,
-        SPARK_SESSION_SECONDS: usage.wall_seconds,
-        **started,
-        **({DRIVER_PEAK_BYTES: peak} if peak else {}),
-    }

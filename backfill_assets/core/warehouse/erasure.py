@@ -27,17 +27,17 @@ every replay of them honours the erasure.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from collections.abc import Mapping, Sequence
 
 from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 
+from backfill_assets import settings
 from backfill_assets.core.warehouse import audit, database, publisher, retention
 from backfill_assets.core.warehouse.tables import partition_locations, table_exists
 
-ENV_SALT = "BACKFILL_ERASURE_SALT"
+ENV_SALT = settings.ERASURE_SALT_ENV
 DEFAULT_SALT = "backfill-assets-erasure"
 KIND = audit.ERASURE_KIND
 RECORDED, RELEASE_REQUESTED = "recorded", "release_requested"
@@ -60,8 +60,7 @@ SHADOW_USER_TABLES = {
 
 
 def salt(env: Mapping[str, str] | None = None) -> str:
-    env = os.environ if env is None else env
-    return env.get(ENV_SALT) or DEFAULT_SALT
+    return settings.erasure_salt(DEFAULT_SALT, env)
 
 
 def user_digest(client_id: int, user_id: str, salt_: str | None = None) -> str:

@@ -49,7 +49,6 @@ are not gated on their own: their checks reconcile them with the sessions, which
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -57,11 +56,12 @@ from datetime import datetime, timedelta
 from pyspark.sql import Column, SparkSession, Window
 from pyspark.sql import functions as F
 
+from backfill_assets import settings
 from backfill_assets.core.hours import HOUR_FORMAT
 
-ENV_MAX_DECREASE = "BACKFILL_GATE_MAX_DECREASE"
-ENV_MAX_INCREASE = "BACKFILL_GATE_MAX_INCREASE"
-ENV_MAX_REMOVED = "BACKFILL_GATE_MAX_REMOVED"
+ENV_MAX_DECREASE = settings.GATE_MAX_DECREASE_ENV
+ENV_MAX_INCREASE = settings.GATE_MAX_INCREASE_ENV
+ENV_MAX_REMOVED = settings.GATE_MAX_REMOVED_ENV
 DEFAULT_MAX_DECREASE = 0.2
 DEFAULT_MAX_INCREASE = None  # growth is what repairs do (late or lost files restored)
 DEFAULT_MAX_REMOVED = 0.1  # a repair keeps the keys it had: it adds what was lost
@@ -123,22 +123,7 @@ class Limits:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Limits:
-        env = os.environ if env is None else env
-        values = {}
-        for name, field in (
-            (ENV_MAX_DECREASE, "max_decrease"),
-            (ENV_MAX_INCREASE, "max_increase"),
-            (ENV_MAX_REMOVED, "max_removed"),
-        ):
-            text = (env.get(name) or "").strip()
-            if text.lower() == "off" and field == "max_increase":
-                values[field] = None
-            elif text:
-                try:
-                    values[field] = float(text)
-                except ValueError:
-                    raise ValueError(f"{name}={text!r}: expected a share such as 0.2") from None
-        return cls(**values)
+        return cls(**settings.gate_limits(env))
 
     def breach(self, measure: str, old: float, new: float) -> str | None:
         """The gate's finding if ``old -> new`` is beyond the limits (None within them)."""

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from pyspark.sql import SparkSession
 
+from backfill_assets.core.names import Layer
 from backfill_assets.core.warehouse import audit, gates
 from backfill_assets.core.warehouse.release_reads import (  # noqa: F401  (re-exported)
     _check_outcomes,
@@ -31,9 +31,6 @@ from backfill_assets.core.warehouse.release_reads import (  # noqa: F401  (re-ex
     releases_of,
 )
 from backfill_assets.core.warehouse.tables import partition_locations, table_exists
-
-if TYPE_CHECKING:
-    from backfill_assets.core.names import Layer
 
 PUBLISHED, UNCHANGED, HELD_BACK = "published", "unchanged", "held_back"
 SOURCE_RELEASE, SOURCE_PUBLISHED = "release", "published"

@@ -5,15 +5,12 @@ approvals, deletions, when published pointers last moved) and the change gates' 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
 from pyspark.sql import SparkSession
 
+from backfill_assets.core.names import Layer
 from backfill_assets.core.warehouse import audit, gates
 from backfill_assets.core.warehouse.tables import partition_locations
-
-if TYPE_CHECKING:
-    from backfill_assets.core.names import Layer
 
 
 def _rows(spark: SparkSession, table: str, where: Mapping, order_by: str | None = None) -> list:

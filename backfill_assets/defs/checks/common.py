@@ -12,11 +12,11 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from backfill_assets.core import tags
-from backfill_assets.core.hours import hourly_partitions
 from backfill_assets.core.layers import rules
 from backfill_assets.core.warehouse import audit
 from backfill_assets.core.warehouse.tables import run_id
 from backfill_assets.defs.layers.common import json_metadata
+from backfill_assets.defs.partitions import hourly_partitions
 from backfill_assets.release.outcomes import NOT_EVALUATED
 
 

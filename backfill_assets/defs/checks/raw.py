@@ -181,7 +181,7 @@ def _per_hour(
 def raw_checks(
     context: dg.AssetCheckExecutionContext,
     warehouse: Warehouse,
-    backups: BackupStore,
+    backups: dg.ResourceParam[BackupStore],
 ):
     """Check the shadow version this run wrote (alone: the newest of its hours), hour by
     hour, and record the outcomes."""

@@ -26,7 +26,6 @@ import dagster as dg
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 
-from backfill_assets.core.hours import hourly_partitions
 from backfill_assets.core.layers.schemas import SessionSchema, session_id_aggregates
 from backfill_assets.core.layers.sessions import (
     CLIENT_HOURLY_COLUMNS,
@@ -51,6 +50,7 @@ from backfill_assets.defs.layers.common import (
     shadow_out,
     with_lineage,
 )
+from backfill_assets.defs.partitions import hourly_partitions
 from backfill_assets.defs.resources.io_managers import PartialWindow, UpstreamGap, unwrap
 from backfill_assets.defs.resources.launch_form import LaunchForm
 from backfill_assets.release.holds import refuse_if_held

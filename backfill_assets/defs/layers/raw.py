@@ -9,7 +9,6 @@ from pyspark.sql import functions as F
 from backfill_assets.core.backups.inventory import take_inventory
 from backfill_assets.core.backups.reader import read_folders
 from backfill_assets.core.backups.store import BackupStore
-from backfill_assets.core.hours import hourly_partitions
 from backfill_assets.core.layers import raw as core_raw
 from backfill_assets.core.layers import rules
 from backfill_assets.core.layers.schemas import RawPayloadSchema
@@ -41,6 +40,7 @@ from backfill_assets.defs.layers.common import (
     shadow_out,
     with_lineage,
 )
+from backfill_assets.defs.partitions import hourly_partitions
 from backfill_assets.defs.resources.launch_form import LaunchForm
 from backfill_assets.defs.resources.warehouse import Warehouse
 from backfill_assets.release.holds import refuse_if_held
@@ -180,7 +180,7 @@ def _lineage(
 def raw_shadow(
     context: dg.AssetExecutionContext,
     warehouse: Warehouse,
-    backups: BackupStore,
+    backups: dg.ResourceParam[BackupStore],
     launch_form: LaunchForm,  # the launch dialog's form: its answers become the run's tags
 ):
     """Read the closed backup folders of the hours into the raw shadow tables."""

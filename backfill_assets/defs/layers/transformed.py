@@ -8,7 +8,6 @@ from collections.abc import Iterator
 import dagster as dg
 from pyspark.sql import DataFrame
 
-from backfill_assets.core.hours import hourly_partitions
 from backfill_assets.core.layers import transformed as core_transformed
 from backfill_assets.core.layers.digests import id_digest_columns
 from backfill_assets.core.layers.schemas import TransformedPayloadSchema
@@ -23,6 +22,7 @@ from backfill_assets.defs.layers.common import (
     shadow_out,
     with_lineage,
 )
+from backfill_assets.defs.partitions import hourly_partitions
 from backfill_assets.defs.resources.io_managers import UpstreamGap
 from backfill_assets.defs.resources.launch_form import LaunchForm
 from backfill_assets.release.holds import refuse_if_held

@@ -20,18 +20,20 @@ from pyspark.errors import PySparkException
 
 from backfill_assets.core import tags
 from backfill_assets.core.errors import cause_line
-from backfill_assets.core.hours import InvalidHourError, hour_range, hourly_partitions, parse_hour
+from backfill_assets.core.hours import InvalidHourError, hour_range, parse_hour
 from backfill_assets.core.names import LAYERS, Layer
-from backfill_assets.core.spark.session import usage_metadata
 from backfill_assets.core.tags import PUBLISH_POOL
 from backfill_assets.core.warehouse import database, erasure, gates, publisher
 from backfill_assets.defs.checks.published import release_gate_evaluations
 from backfill_assets.defs.layers import aggregated, raw, transformed
 from backfill_assets.defs.layers.common import SINGLE_RUN, json_metadata, refuse, run_lineage
+from backfill_assets.defs.partitions import hourly_partitions
 from backfill_assets.defs.resources.launch_form import LaunchForm
+from backfill_assets.defs.resources.spark import usage_metadata
 from backfill_assets.defs.resources.warehouse import Warehouse
 from backfill_assets.release.instance import run_tags
 from backfill_assets.release.keys import table_key
+from backfill_assets.release.report import build_report
 
 PUBLISH = dg.AssetKey(["release", "publish"])
 GROUP = "release"
@@ -419,7 +421,6 @@ def release_report(
     """The release's report (``backfill-assets report``) as Markdown metadata, shown on the
     publish's materialization in the UI. The ledger transaction is committed by now: a
     report that cannot be built is a warning, never a failed publish."""
-    from backfill_assets.release.report import build_report
 
     try:
         report = build_report(context.instance, layers, backfill_id=release, held=held)

@@ -5,13 +5,13 @@
 the defaults. Runs in the publish pool, like publish and rollback.
 """
 
-import os
 from collections.abc import Sequence
 from datetime import timedelta
 
 import dagster as dg
 from pydantic import Field
 
+from backfill_assets import settings
 from backfill_assets.core import tags
 from backfill_assets.core.names import LAYERS
 from backfill_assets.core.reporting.render import format_bytes
@@ -23,7 +23,7 @@ from backfill_assets.defs.resources.warehouse import Warehouse
 VACUUM_JOB = "vacuum"
 VACUUM_OP = "vacuum_op"
 VACUUM_SCHEDULE = "vacuum_daily"
-SCHEDULE_ENV = "BACKFILL_VACUUM_SCHEDULE"
+SCHEDULE_ENV = settings.VACUUM_SCHEDULE_ENV
 
 
 class VacuumConfig(dg.Config):
@@ -112,7 +112,7 @@ def vacuum_job():
 
 def build_vacuum_schedule() -> dg.ScheduleDefinition:
     """Daily at 03:30 UTC; running by default only with ``BACKFILL_VACUUM_SCHEDULE=on``."""
-    enabled = os.environ.get(SCHEDULE_ENV, "off").strip().lower() == "on"
+    enabled = settings.vacuum_schedule_on()
     return dg.ScheduleDefinition(
         name=VACUUM_SCHEDULE,
         job=vacuum_job,

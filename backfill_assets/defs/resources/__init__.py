@@ -15,10 +15,10 @@ from backfill_assets.core.names import (
     SHADOW_IO_MANAGER,
     WAREHOUSE,
 )
-from backfill_assets.core.spark.session import spark_resource
 from backfill_assets.defs.resources.io_managers import ShadowTableIOManager
 from backfill_assets.defs.resources.launch_form import LaunchForm
 from backfill_assets.defs.resources.releases import ReleaseRequests
+from backfill_assets.defs.resources.spark import spark_resource
 from backfill_assets.defs.resources.warehouse import Warehouse
 from backfill_assets.settings import Settings, is_uri
 
@@ -48,7 +48,14 @@ def build_resources(settings: Settings) -> dict[str, Any]:
     if is_uri(settings.backup_root):
         # through S3A when its jars are installed (make jars), as Spark opens local trees
         s3a = bool(settings.spark_jars)
-        backups = S3BackupStore(root=settings.backup_root, s3=S3Resource(), s3a=s3a)
+        s3 = S3Resource()  # dagster-aws's client: the same settings as the other AWS resources
+        backups = S3BackupStore(
+            root=settings.backup_root,
+            client_factory=s3.get_client,
+            endpoint_url=s3.endpoint_url,
+            region=s3.region_name,
+            s3a=s3a,
+        )
     else:
         backups = LocalBackupStore(root=settings.backup_root)
     return {

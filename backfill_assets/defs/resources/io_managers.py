@@ -42,7 +42,7 @@ from backfill_assets.core.layers.shadow_stats import (
     partition_stats,
     stats_and_rules,
 )
-from backfill_assets.core.spark.session import usage_metadata
+from backfill_assets.core.names import ROWS
 from backfill_assets.core.warehouse import audit
 from backfill_assets.core.warehouse.publisher import (
     SOURCE_EMPTY,
@@ -59,6 +59,7 @@ from backfill_assets.core.warehouse.tables import (
     run_id,
     split_table,
 )
+from backfill_assets.defs.resources.spark import usage_metadata
 from backfill_assets.release.instance import run_tags as tags_of_run
 from backfill_assets.release.keys import table_name
 
@@ -83,7 +84,6 @@ def qualify(path: str) -> str:
 
 
 # Per-partition metadata of a shadow materialization: the hour's rows and checksum.
-ROWS = "rows"
 CHECKSUM = "checksum"
 
 # Input metadata: the published table of the upstream, and the shadow table that reads it.

@@ -6,6 +6,8 @@ from collections.abc import Mapping, Sequence
 
 import dagster as dg
 
+from backfill_assets.core import plan
+from backfill_assets.release import keys, launch
 from backfill_assets.settings import Settings
 
 
@@ -32,8 +34,6 @@ class ReleaseRequests(dg.ConfigurableResource):
         self, hours: Sequence[str], run_tags: Mapping[str, str], *, title: str, description: str
     ) -> str:
         """Submit one release rebuilding every layer from ``hours``; returns its id."""
-        from backfill_assets.core import plan
-        from backfill_assets.release import keys, launch
 
         settings = self.settings()
         selection = keys.release_keys(list(plan.LAYERS))

@@ -36,9 +36,11 @@ from backfill_assets.core import tags
 from backfill_assets.core.backups.store import BackupStore
 from backfill_assets.core.hours import hour_range
 from backfill_assets.core.names import Layer
+from backfill_assets.core.plan import LAYERS, plan_ranges, release_layers
 from backfill_assets.core.reconcile.findings import ReconcileConfig, describe_hours, digest
 from backfill_assets.core.reconcile.requests import RangeRequest, Reconciliation
-from backfill_assets.release import holds
+from backfill_assets.core.warehouse import database
+from backfill_assets.release import holds, keys, launch
 from backfill_assets.release.keys import table_key
 from backfill_assets.release.orphans import fail_orphaned_runs
 from backfill_assets.release.state import (
@@ -105,7 +107,6 @@ class Cursor:
 def releases(requests: Sequence[RangeRequest]) -> list[tuple[RangeRequest, list[str]]]:
     """The releases that cover ``requests``: (root request, layers rebuilt). A request is a
     root unless an earlier layer's root already derives all of its hours."""
-    from backfill_assets.core.plan import LAYERS, plan_ranges, release_layers
 
     covered: dict[str, set[str]] = {}
     result = []
@@ -122,7 +123,6 @@ def releases(requests: Sequence[RangeRequest]) -> list[tuple[RangeRequest, list[
 
 def submit_releases(evaluation: "Evaluation", settings: Settings) -> list[str]:
     """Submit the evaluation's releases as Dagster asset backfills; their ids."""
-    from backfill_assets.release import keys, launch
 
     ids = []
     for request, layers in releases(evaluation.requests):
@@ -358,7 +358,6 @@ def unpublished_note(result: Reconciliation) -> str:
 def ledger_refusal(settings: Settings) -> str | None:
     """Why the sensor requests nothing this evaluation: the ledger missing (after it
     published), damaged or rolled back (``database.check``, every evaluation); else None."""
-    from backfill_assets.core.warehouse import database
 
     try:
         database.check(settings.warehouse_dir)
@@ -386,7 +385,7 @@ def build_reconciliation_sensor(config: ReconcileConfig | None = None) -> dg.Sen
         ),
     )
     def reconciliation_sensor(
-        context: dg.SensorEvaluationContext, backups: BackupStore
+        context: dg.SensorEvaluationContext, backups: dg.ResourceParam[BackupStore]
     ) -> dg.SensorResult:
         refused = ledger_refusal(Settings.from_env())
         if refused:

@@ -69,7 +69,7 @@ def test_a_run_fails_with_a_dagster_failure_before_its_session_starts(
     """The Spark resource checks too, so a run launched from the UI fails the same way."""
     script = f"""
 import dagster as dg
-from backfill_assets.core.spark.session import SparkResource
+from backfill_assets.defs.resources.spark import SparkResource
 
 @dg.asset
 def needs_spark(pyspark: SparkResource) -> None:

@@ -154,12 +154,12 @@ def test_a_runs_spark_usage_counts_the_stages_since_its_mark(spark):
     holds up to a thousand stages of earlier work in a long-lived driver)."""
     import time
 
-    from backfill_assets.core.spark.session import _last_stage, spark_usage
+    from backfill_assets.core.spark.session import last_stage, spark_usage
 
-    before = _last_stage(spark)
+    before = last_stage(spark)
     started = time.monotonic()
     spark.range(5_000_000).selectExpr("max(xxhash64(id, repeat('x', 50)))").collect()
-    after = _last_stage(spark)
+    after = last_stage(spark)
 
     assert after > before  # the new job's stages are the newest
     assert spark_usage(spark, before, started).task_seconds > 0

@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from alembic import context, op
 
 from backfill_assets.core.warehouse.database import UtcTime
+from backfill_assets.settings import Settings
 
 revision = "0002"
 down_revision = "0001"
@@ -44,8 +45,6 @@ def _filesystem(warehouse_dir: str):
     """(pyarrow file system, path in it) of the warehouse; S3 through the configured
     endpoint and region, with the credentials of the environment."""
     import pyarrow.fs as pafs
-
-    from backfill_assets.settings import Settings
 
     if not warehouse_dir.startswith(("s3a://", "s3://")):
         return pafs.LocalFileSystem(), warehouse_dir.removeprefix("file:")
