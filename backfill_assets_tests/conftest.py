@@ -410,7 +410,7 @@ def zst(lines: list[bytes | str]) -> bytes:
 @contextmanager
 def fault_pause(fifo: Path, pause_at: str, *, arm: bool = True) -> Iterator[tuple[dict, Callable]]:
     """The FIFO a process writes ``pause_at`` into when it reaches that fault point and
-    stops there (``faults.checkpoint``: no sleeps). Yields the environment to give the
+    stops there (``core.faults.checkpoint``: no sleeps). Yields the environment to give the
     process (``arm``: with the pause set, else the process arms it itself) and
     ``reached(process, describe)``, which returns once the point is reached, or fails with
     ``describe()`` if the process exits first."""

@@ -2,7 +2,7 @@
 and ONE ``dagster-daemon`` shared by the commands of a test module (module-scoped
 fixtures), instead of a daemon started and stopped by each command.
 
-A command finds the module's daemon by its heartbeat (``launch.DaemonSupervisor``) and
+A command finds the module's daemon by its heartbeat (``release.launch.DaemonSupervisor``) and
 does not start its own; what each command prints and exits with is the operator's.
 """
 

@@ -1,7 +1,7 @@
 """``backfill-assets backfill|publish|approve``: submit a release (or its publication) as a
 Dagster backfill and follow it.
 
-Both submit the same asset backfill the UI launches (``launch.submit_backfill``), so the
+Both submit the same asset backfill the UI launches (``release.launch.submit_backfill``), so the
 release is recorded in the instance, shows on the UI's Backfills page with its runs and
 waits in the instance's run queue; the command prints each run as it finishes and a
 summary, and runs ``dagster-daemon`` meanwhile if no daemon serves the instance.
@@ -133,7 +133,7 @@ def _show(run) -> None:
 
 
 def supervisor_of(settings, instance):
-    """The daemon supervisor of a command (``daemon.DaemonSupervisor``): its daemon's and code
+    """The daemon supervisor of a command (``release.daemon.DaemonSupervisor``): its daemon's and code
     server's output go to ``$DAGSTER_HOME/logs/daemon.log``."""
     from pathlib import Path
 

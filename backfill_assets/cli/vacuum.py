@@ -52,7 +52,7 @@ def run_vacuum(args: argparse.Namespace) -> int:
 
 
 def vacuum_config(args: argparse.Namespace) -> dict:
-    """The vacuum op's config (``publishing.vacuum.VacuumConfig``) from the arguments."""
+    """The vacuum op's config (``defs.publish.vacuum.VacuumConfig``) from the arguments."""
     return {
         "dry_run": bool(args.dry_run),
         "max_age_days": float(args.max_age_days),

@@ -1,9 +1,8 @@
 """What the code location names: the ``Layer`` spec and the metadata keys of its events.
 
-A leaf: it imports nothing of the package but ``partitions``, so the engine (backups,
-publishing), the Dagster wiring (layers, checks, resources, sensors) and the commands can
-all refer to the same names without importing one another (pyproject.toml's import
-contracts hold it so).
+Near the bottom of the engine: it imports only the hours and the session window
+(``core.hours``, ``core.windows``), so the engine, the release, the Dagster wiring and the
+commands all refer to the same names (pyproject.toml's import contracts hold it so).
 """
 
 from __future__ import annotations
@@ -91,7 +90,7 @@ LAYERS: dict[str, Layer] = {layer.name: layer for layer in (RAW, TRANSFORMED, AG
 # Layers whose partitions are received hours (the damaged hours of a backfill).
 RECEIVED_HOUR_LAYERS = (RAW.name, TRANSFORMED.name)
 
-# Resource keys of the code location (``resources.build_resources``).
+# Resource keys of the code location (``defs.resources.build_resources``).
 PYSPARK = "pyspark"
 SHADOW_IO_MANAGER = "shadow_io_manager"
 BACKUPS = "backups"

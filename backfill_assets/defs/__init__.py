@@ -1,0 +1,1 @@
+"""The Dagster wiring, thin over the engine: assets, checks, resources, sensors, jobs."""

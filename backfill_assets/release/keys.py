@@ -68,7 +68,7 @@ def release_selection(
 
 
 def spec_keys(layer: str) -> list[dg.AssetKey]:
-    """The shadow assets of ``layer`` from its spec alone (``names.LAYERS``): its shadow
+    """The shadow assets of ``layer`` from its spec alone (``core.names.LAYERS``): its shadow
     tables' keys, which ``layer_keys`` finds in the definitions (a test holds them equal).
     For callers the definitions are built from (resources, sensors)."""
     shadows = (shadow for shadow, _ in names.LAYERS[layer].pairs)

@@ -11,7 +11,7 @@ default, every downstream shadow and ``release/publish``; Dagster derives the do
 partitions through the partition mappings (a session hour is rebuilt when its window
 touches a damaged hour), as it does for a backfill launched in the UI.
 
-``daemon.DaemonSupervisor`` runs ``dagster-daemon`` (and its code server) for the duration
+``release.daemon.DaemonSupervisor`` runs ``dagster-daemon`` (and its code server) for the duration
 of a command when no daemon serves the instance, so the CLI works without ``dagster dev``.
 """
 
@@ -294,7 +294,7 @@ def run_messages(instance: dg.DagsterInstance, run_id: str, step_key: str) -> li
 
 def step_failure(event: dg.DagsterEvent) -> str:
     """``step: why`` of a STEP_FAILURE event: the ``dg.Failure``'s description when the
-    step raised one, else the cause of the error in words (``errors.cause_line``: the Java
+    step raised one, else the cause of the error in words (``core.errors.cause_line``: the Java
     cause chain of a Spark failure, not the Py4J call)."""
     data = event.event_specific_data
     user = getattr(data, "user_failure_data", None)
@@ -371,7 +371,7 @@ def summarize_run(instance: dg.DagsterInstance, run: dg.DagsterRun) -> RunSummar
 
 
 class Supervisor(Protocol):
-    """What ``follow`` asks of a daemon supervisor (``daemon.DaemonSupervisor``)."""
+    """What ``follow`` asks of a daemon supervisor (``release.daemon.DaemonSupervisor``)."""
 
     def ensure(self) -> None: ...
 

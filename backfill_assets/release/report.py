@@ -1,7 +1,7 @@
 """Release report: what one release (a Dagster backfill, or one run outside a backfill)
 read, wrote, published or held back, and why.
 
-A **release** is everything one Dagster backfill wrote (``tags.release_id``): a candidate
+A **release** is everything one Dagster backfill wrote (``core.tags.release_id``): a candidate
 shadow version per (table, hour) of every layer it rebuilt, and, unless it was a dry run,
 one publish transaction. The report compares, for every table and hour the release wrote,
 the candidate with what is published:
@@ -9,7 +9,7 @@ the candidate with what is published:
 - **dry run** (nothing of the release published yet): before = what is published now,
   after = the candidate's rows, status ``would publish`` / ``would be held back`` (the
   failing checks of the hour), and optionally the per-key diff of the candidate against
-  the published partition (``reporting.diff``, the only part that needs Spark);
+  the published partition (``core.reporting.diff``, the only part that needs Spark);
 - **published** (by the release's own ``release/publish`` step, or later by
   ``backfill-assets publish --backfill ID``): before = what was published just before the
   publish transaction (what it replaced), after = the published rows, status

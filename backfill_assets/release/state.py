@@ -5,7 +5,7 @@ The published state has two readers that give the same ``findings.Published``:
 - ``published_from_instance`` (the source of truth of the sensor and, by default, of
   ``backfill-assets reconcile``): Dagster's own records, no Spark. The latest
   materialization of each published table per partition carries the per-hour row count,
-  shadow version and code version (``layers.common.publish_asset``); the shadow
+  shadow version and code version (``defs.layers.common.publish_asset``); the shadow
   materialization of the backup-reading layer's version carries the files it read
   (``input_files_list``), which tells which client's manifest appeared or changed since.
 - ``published_from_ledger`` (``reconcile --source ledger``): the publication ledger and

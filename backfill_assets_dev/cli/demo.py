@@ -15,7 +15,7 @@
    published numbers checked against the ground truth.
 
 Dagster does the work: the demo submits the live release through ``dagster-graphql``, runs
-``dagster-daemon`` meanwhile if none serves the instance (``daemon.DaemonSupervisor``), and
+``dagster-daemon`` meanwhile if none serves the instance (``release.daemon.DaemonSupervisor``), and
 for each reconciliation starts the real ``reconciliation_sensor`` (the UI's "start" button,
 through GraphQL), waits for the daemon's tick and resets the sensor to the status its code
 declares. The demo's daemon has the sensor off by default (``BACKFILL_RECONCILE_SENSOR=off``

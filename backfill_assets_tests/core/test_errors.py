@@ -1,4 +1,4 @@
-"""Failures in words: ``errors.cause_line`` names the cause of a Spark (JVM) or file-system
+"""Failures in words: ``core.errors.cause_line`` names the cause of a Spark (JVM) or file-system
 failure in one line, never only the Py4J call."""
 
 from __future__ import annotations

@@ -338,7 +338,7 @@ def start_metastore(
     s3a: Mapping[str, str],
 ) -> str:
     """The Hive metastore service (``metastore_server.py``); returns its thrift URI.
-    ``s3a``: the Spark configuration of the S3A connector (``resources.spark.s3a_conf``),
+    ``s3a``: the Spark configuration of the S3A connector (``core.spark.session.s3a_conf``),
     for a warehouse on S3: the service creates the databases' folders there."""
     import sys
 

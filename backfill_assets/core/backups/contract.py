@@ -3,7 +3,7 @@
 ``parse_line`` is the single source of truth of a line's verdict: pure Python, readable, and
 **total**: whatever bytes a line holds, it returns a typed payload or raises ``Rejected``
 with a quarantine reason ``"<code>: <detail>"``; no other exception escapes it. The Spark
-reader expresses the same rules as JVM column expressions (``backups.spark_contract``) and
+reader expresses the same rules as JVM column expressions (``core.backups.spark_contract``) and
 sends the rare lines it cannot decide exactly to this function; a parity test holds the two
 to identical verdicts.
 

@@ -16,7 +16,7 @@ number of lines only the Python reference can judge:
   cannot decompress (``ignoreCorruptFiles``) yields no row and becomes one
   ``file_unreadable`` quarantine row.
 - **Bounds**: before Spark opens anything, every part file is streamed once within the
-  ``ReadLimits`` (``backups.screen``): a file that decompresses past its limit is left out
+  ``ReadLimits`` (``core.backups.screen``): a file that decompresses past its limit is left out
   as one ``file_refused`` row, and a file with a line past its limit is judged on the
   driver, streaming, by the reference (its over-long lines quarantined as
   ``line_too_long``); Spark reads the others.

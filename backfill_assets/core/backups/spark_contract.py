@@ -1,6 +1,6 @@
 """``contract.parse_line`` in the JVM for the common case: a valid line never leaves Spark.
 
-``backups.contract`` stays the single source of truth. ``judge`` expresses, as built-in
+``core.backups.contract`` stays the single source of truth. ``judge`` expresses, as built-in
 Spark functions, every check ``contract.validate`` makes of a *valid* line, and produces its
 typed values exactly as the reference does (same integer and timestamp semantics, down to
 Python's float rounding of fractional seconds).

@@ -1,0 +1,1 @@
+"""The layers' Spark work and quality rules: parsing, de-duplication, URLs, sessions."""

@@ -19,8 +19,10 @@ from dataclasses import dataclass, field
 from functools import reduce
 
 from pandera.config import ValidationDepth, config_context
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+
+from backfill_assets.core.warehouse import audit
 
 
 @dataclass
@@ -112,28 +114,45 @@ def broken_count(model: type, where: Column | None = None) -> Column:
 
 
 # evaluate's aggregation of a shadow version, as the build that wrote the version computed
-# it over the rows it wrote, in a scan it runs anyway (its statistics): for the check step
-# of the same run, in the same process (the runs' in-process executor). Taken once.
-_PRECOUNTED: dict[tuple[str, str, str, tuple[str, ...]], list[dict]] = {}
-
-
-def _precount_key(table: str, version: str, model: type, by: tuple[str, ...]) -> tuple:
-    return (table, version, f"{model.__module__}.{model.__qualname__}", tuple(by))
+# it over the rows it wrote, in a scan it runs anyway (its statistics): kept in the ledger
+# database for the version's check step (``audit.rule_counts``), so the check scans nothing.
+def _model_name(model: type) -> str:
+    return f"{model.__module__}.{model.__qualname__}"
 
 
 def precount(
-    table: str, version: str, model: type, by: tuple[str, ...], groups: Iterable[Mapping]
+    spark: SparkSession,
+    table: str,
+    version: str,
+    model: type,
+    by: tuple[str, ...],
+    groups: Iterable[Mapping],
 ) -> None:
     """Keep the rule counts of ``table`` version ``version`` for its check: ``groups``, rows
     of an aggregation by (``hour``, *``by``) of the written rows with ``rows`` (their
     count) and ``broken`` (``broken_count``); groups without rows are left out, as
     ``evaluate`` over the written rows would never see them."""
-    _PRECOUNTED[_precount_key(table, version, model, by)] = [dict(g) for g in groups if g["rows"]]
+    kept = [dict(g) for g in groups if g["rows"]]
+    row = {
+        "table_name": table,
+        "version": version,
+        "model": _model_name(model),
+        "by_columns": ",".join(by),
+        "groups": json.dumps(kept, default=str),
+        "run_id": version,
+        "counted_at": audit.now(),
+    }
+    audit.append(spark, audit.warehouse_of(spark), audit.RULE_COUNTS, [row])
 
 
-def precounted(table: str, version: str, model: type, by: tuple[str, ...]) -> list[dict] | None:
-    """The groups ``precount`` kept for this version (once), else None (the check counts)."""
-    return _PRECOUNTED.pop(_precount_key(table, version, model, by), None)
+def precounted(
+    spark: SparkSession, table: str, version: str, model: type, by: tuple[str, ...]
+) -> list[dict] | None:
+    """The groups ``precount`` kept for this version, else None (the check counts)."""
+    where = {"table_name": table, "version": version, "model": _model_name(model)}
+    found = audit.rows(audit.warehouse_of(spark), audit.RULE_COUNTS, where)
+    kept = [r for r in found if r["by_columns"] == ",".join(by)]
+    return json.loads(kept[-1]["groups"]) if kept else None
 
 
 def evaluate(

@@ -22,7 +22,7 @@ def _all_hold(rules: dict[str, Column]) -> Column:
 
 class RowRulesModel(pa.DataFrameModel):
     """A model whose cross-column rules are Spark predicates (``row_rules``), so that
-    ``checks.rules`` can count their violations per hour in the same aggregation."""
+    ``core.layers.rules`` can count their violations per hour in the same aggregation."""
 
     @classmethod
     def row_rules(cls) -> dict[str, Column]:

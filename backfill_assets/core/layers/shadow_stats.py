@@ -115,7 +115,7 @@ def stats_and_rules(table: str, version: str, written: DataFrame, checked: WithR
     """``partition_stats`` of the written rows, and ``checked``'s rules counted in the same
     aggregation (``rules.precount``)."""
     counted = _stats_groups(written, {"broken": rules.broken_count(checked.model), **checked.extra})
-    rules.precount(table, version, checked.model, (), counted)
+    rules.precount(written.sparkSession, table, version, checked.model, (), counted)
     return stats_of(counted)
 
 

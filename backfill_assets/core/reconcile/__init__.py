@@ -1,0 +1,2 @@
+"""Reconciliation: what differs between the backups and what is published, and the releases
+that repair it."""

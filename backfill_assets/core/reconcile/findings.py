@@ -1,8 +1,8 @@
 """Reconciliation: compare the closed backup manifests with what is published, pure functions.
 
-``find`` turns an inventory of the backup tree (``backups.inventory``) and the published
+``find`` turns an inventory of the backup tree (``core.backups.inventory``) and the published
 state of every layer (``Published``, read from Dagster's records or from the ledger, see
-``sensors.state``) into ``Finding``s, per hour and, where it can tell, per client:
+``release.state``) into ``Finding``s, per hour and, where it can tell, per client:
 
 Requested by a backfill (a backfill fixes them):
 

@@ -24,7 +24,7 @@ from backfill_assets.core.text import markdown_text, one_line
 from backfill_assets.core.warehouse.publisher import PROVISIONAL
 
 CHART_NAME = "rows_per_hour.png"
-# Gathered from the raw shadow's per-hour events (``names.MANIFEST_RECORDS``).
+# Gathered from the raw shadow's per-hour events (``core.names.MANIFEST_RECORDS``).
 MANIFEST_RECORDS_PER_HOUR = "manifest_records_per_hour"
 REPORT_NAME = "report.md"
 

@@ -13,7 +13,7 @@ instantiate SessionHiveMetaStoreClient" deep in Spark's log. Each check raises
 - ``BACKUP_ROOT`` must exist and hold ``raw/`` for commands that read backups.
 
 Called by the CLI (``cli.main``, per subcommand, see ``COMMAND_NEEDS``) and by the Spark
-resource before a run starts its session (``resources.spark.SparkResource``).
+resource before a run starts its session (``core.spark.session.SparkResource``).
 """
 
 from __future__ import annotations
@@ -213,7 +213,7 @@ def check_metastore(data_root: str) -> None:
 
 def check_ledger(data_root: str) -> None:
     """The SQLite ledger of ``data_root`` is not missing while it published, damaged or
-    rolled back (``publishing.ledger_file``); a database server is checked when opened."""
+    rolled back (``core.warehouse.ledger_file``); a database server is checked when opened."""
     try:
         url = ledger_url(f"{data_root}/warehouse")
     except ValueError:

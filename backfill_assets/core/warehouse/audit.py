@@ -11,8 +11,9 @@
 | ``audit.erasures``         | erasure request (salted digest, never the id)   |
 | ``audit.erased_lines``     | (hour, client) lines a raw build left out       |
 | ``audit.cancellations``    | release cancelled by a person (nothing published)|
+| ``audit.rule_counts``      | rule counts a build kept for its check step      |
 
-Rows are only ever appended, into the ledger database (``publishing.database``: SQLite
+Rows are only ever appended, into the ledger database (``core.warehouse.database``: SQLite
 under ``DATA_ROOT`` by default, PostgreSQL in production). ``rows`` reads them without Spark
 (a few indexed rows for the ledger's readers: ``verify``, ``reconcile``, ``report``);
 ``read`` hands them to Spark as a DataFrame for the jobs that join them with table data.
@@ -41,6 +42,7 @@ ERASURE_KIND = "erasure"  # the kind of a deletion by an erasure purge (else: va
 ERASURES = f"{AUDIT_DB}.erasures"
 ERASED_LINES = f"{AUDIT_DB}.erased_lines"
 CANCELLATIONS = f"{AUDIT_DB}.cancellations"
+RULE_COUNTS = f"{AUDIT_DB}.rule_counts"
 _DDL: dict[str, str] = {
     SHADOW_PARTITIONS: (
         "table_name string, hour string, version string, location string, row_count bigint, "
@@ -83,6 +85,10 @@ _DDL: dict[str, str] = {
     CANCELLATIONS: (
         "release_id string, status string, hours string, runs string, cancelled_by string, "
         "reason string, ticket string, run_id string, cancelled_at timestamp"
+    ),
+    RULE_COUNTS: (
+        "table_name string, version string, model string, by_columns string, groups string, "
+        "run_id string, counted_at timestamp"
     ),
 }
 

@@ -1,0 +1,1 @@
+"""The asset checks (pandera rules, reconciliations) that block publication, per hour."""

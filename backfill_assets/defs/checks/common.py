@@ -218,7 +218,7 @@ def evaluate_rules(
 ) -> rules.RuleReport:
     """``rules.evaluate`` of ``version`` of ``table``: with the counts the build that wrote
     it kept (``rules.precount``, a build run), else counted in one scan of ``df``."""
-    counted = rules.precounted(table, version, model, by)
+    counted = rules.precounted(df.sparkSession, table, version, model, by)
     report = rules.evaluate(df, model, example_columns, by=by, extra=extra, counted=counted)
     if counted is not None:
         context.log.info(f"{check_name}: {PRECOUNTED_LOG}")

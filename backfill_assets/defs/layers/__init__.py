@@ -1,0 +1,1 @@
+"""The layers' assets: raw, transformed and aggregated shadows, hourly partitioned."""

@@ -1,7 +1,7 @@
 """Aggregated layer: sessions and per-client hourly metrics, rebuilt with half-cut-aware windows.
 
 Sessions of hour H (the UTC hour of their first payload's event time) are built from the
-transformed payloads received in ``[H - lookback, H + lookahead]`` (``layers.windows``: 3
+transformed payloads received in ``[H - lookback, H + lookahead]`` (``core.windows``: 3
 and 3 hours; the partition mapping of the input, so the UI shows what a backfill reads):
 the release's candidates for the hours it rebuilt, the published ones for the others.
 Only the sessions that start in H are kept (see "Sessions" in ``shared/backup-format.md``).

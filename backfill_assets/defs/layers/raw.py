@@ -219,6 +219,7 @@ def raw_shadow(
             *core_raw.PAYLOAD_COLUMNS, "run_id", "code_version", "hour"
         )
         rules.precount(
+            spark,
             LAYER.checked_table,
             run_id(context.run_id),
             RawPayloadSchema,

@@ -1,7 +1,7 @@
 """Stop a release: what ``backfill-assets cancel --backfill ID`` records once it is stopped.
 
 The command cancels the release's Dagster backfill as the UI's cancel button does
-(``launch.cancel_backfill``: Dagster submits no more of its runs and terminates those
+(``release.launch.cancel_backfill``: Dagster submits no more of its runs and terminates those
 queued or running, its publish among them), waits until none of its runs is left, then
 runs ``record_cancellation``: one row in the ledger (``audit.cancellations``) and one
 observation of ``release/publish`` (``cancelled_release``: the id) that the report and the

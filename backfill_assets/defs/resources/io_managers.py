@@ -10,7 +10,7 @@ backfill, else the run) and in the output's metadata: read back from the written
 measured by the asset over the rows it wrote (``Measured``). An output ``WithRules`` names
 the pandera model its check evaluates: the read-back (or, for rows the asset cached, the
 cache) counts the model's rules too, for the check step of the same run
-(``checks.rules.precount``), which then scans nothing.
+(``core.layers.rules.precount``), which then scans nothing.
 
 Inputs are the upstream shadow asset of the same release: for each upstream hour the
 input reads, the newest version the *release* wrote if it rebuilt that hour, else the
@@ -270,7 +270,7 @@ class ShadowTableIOManager(dg.ConfigurableIOManager):
         Hours with neither: declared empty (tag ``allow_missing_hours``) are read as empty;
         for a windowed reader (``WINDOW_MAY_LACK_DATA``) the others too, as a
         ``PartialWindow`` naming them (the hours built from them are provisional); else an
-        ``UpstreamGap``: the build refuses (``layers.common.refuse``)."""
+        ``UpstreamGap``: the build refuses (``defs.layers.common.refuse``)."""
         reader = context.definition_metadata[READER_TABLE]
         run = run_tags(context)
         this_run = context.step_context.run_id

@@ -12,7 +12,7 @@ from backfill_assets.settings import Settings
 
 
 class ReleaseRequests(dg.ConfigurableResource):
-    """Submits releases (all layers, ``launch.submit_backfill``) to the instance the code
+    """Submits releases (all layers, ``release.launch.submit_backfill``) to the instance the code
     location serves; configured with the settings of that location."""
 
     backup_root: str

@@ -32,7 +32,7 @@ class SparkResource(LazyPySparkResource):
     ``spark_config`` may hold ``${VAR}`` placeholders (the production profile): they are
     resolved from the run process's environment when the session starts, so the code
     location loads anywhere and a run missing a variable fails naming it. Before the
-    session starts, ``data_root`` (when set) is checked (``preflight.before_spark``): an
+    session starts, ``data_root`` (when set) is checked (``core.spark.preflight.before_spark``): an
     unwritable ``DATA_ROOT`` or a metastore held by another process fails the run at once
     with a ``dg.Failure`` naming the cause, before a JVM is started.
     """

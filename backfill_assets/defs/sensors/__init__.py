@@ -1,0 +1,1 @@
+"""The reconciliation sensor: compare the backups with what is published, request releases."""

@@ -1,14 +1,14 @@
 """The reconciliation sensor: finds broken hours on its own and requests scoped backfills.
 
 Every ``BACKFILL_RECONCILE_INTERVAL_SECONDS`` (on by default) it compares the newest
-backup hours with what is published (``sensors.findings``), reading only the backup store
+backup hours with what is published (``core.reconcile.findings``), reading only the backup store
 and the Dagster instance: it never starts Spark in the daemon. It then
 
 - records its findings where the UI shows them: one ``AssetObservation`` per hour with
   findings on the layer's first published table (e.g. ``raw/raw_payloads``), with the
   findings and what the sensor did about them, and a "resolved" one when they are gone;
 - submits one **release** (a Dagster asset backfill, the one the UI launches: see
-  ``launch.submit_backfill``) rooted at the damaged hours of the topmost damaged layer,
+  ``release.launch.submit_backfill``) rooted at the damaged hours of the topmost damaged layer,
   downstream included (Dagster derives the session hours whose windows touch them),
   tagged with the run manifest (reason = what drifted, requested_by =
   ``reconciliation-sensor``, mode = ``backfill``) and with Dagster's ``dagster/sensor_name``

@@ -1,5 +1,6 @@
 """The one-aggregation rule evaluation agrees with pandera's own data validation."""
 
+import uuid
 from datetime import datetime
 
 import pandera.pyspark as pa
@@ -124,11 +125,13 @@ def test_the_counts_a_build_kept_give_the_verdict_of_a_scan(spark):
         .agg(F.count(F.lit(1)).alias("rows"), broken_count(RawPayloadSchema).alias("broken"))
         .collect()
     )
-    precount("shadow.t", "v1", RawPayloadSchema, by, [g.asDict() for g in groups])
+    version = uuid.uuid4().hex  # kept in the session's ledger database
+    precount(spark, "shadow.t", version, RawPayloadSchema, by, [g.asDict() for g in groups])
 
-    counted = precounted("shadow.t", "v1", RawPayloadSchema, by)
+    counted = precounted(spark, "shadow.t", version, RawPayloadSchema, by)
 
-    assert precounted("shadow.t", "v1", RawPayloadSchema, by) is None  # taken once
+    assert precounted(spark, "shadow.t", uuid.uuid4().hex, RawPayloadSchema, by) is None
+    assert precounted(spark, "shadow.t", version, RawPayloadSchema, ()) is None  # other groups
     assert counted is not None
     assert evaluate(df, RawPayloadSchema, ["hour", "payload_id"], by=by, counted=counted) == (
         scanned
