@@ -4,7 +4,7 @@
 #
 #   docker build -t registry.example.com/backfill-assets:0.1.0 .
 
-# --- the S3A connector: the pinned jars of deploy/spark-jars.txt, checked by SHA-256 ------
+# --- the pinned jars of deploy/spark-jars.txt (S3A, JDBC drivers), checked by SHA-256 --
 FROM debian:bookworm-slim AS jars
 # hadolint ignore=DL3008
 RUN apt-get update \

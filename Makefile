@@ -9,10 +9,11 @@ export DAGSTER_HOME ?= $(CURDIR)/var/dagster_home
 
 install: $(STAMP) jars
 
-# Spark's S3A connector (hadoop-aws, the AWS SDK v2 modules it needs, spark-hadoop-cloud),
-# pinned with SHA-256s in deploy/spark-jars.txt, fetched from Maven Central with Maven into
-# the virtualenv (backfill_assets/settings.py: BACKFILL_SPARK_JARS); remade only when the
-# list changes, so a second `make` downloads nothing.
+# The jars pinned with SHA-256s in deploy/spark-jars.txt (38 jars, 27.7 MB): Spark's S3A
+# connector (hadoop-aws, the AWS SDK v2 modules it needs, spark-hadoop-cloud) and the ledger
+# database's JDBC drivers (SQLite, PostgreSQL) for `backfill-assets sql`. Fetched from Maven
+# Central with Maven into the virtualenv (backfill_assets/settings.py: BACKFILL_SPARK_JARS);
+# remade only when the list changes, so a second `make` downloads nothing.
 JARS       := $(VENV)/share/backfill_assets/jars
 JARS_STAMP := $(JARS)/.pinned-$(shell cat deploy/spark-jars.txt | cksum | cut -d' ' -f1)
 jars: $(JARS_STAMP)

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Spark's S3A connector jars (deploy/spark-jars.txt) into DEST (default
+# The pinned jars of deploy/spark-jars.txt (Spark's S3A connector, the ledger database's
+# JDBC drivers) into DEST (default
 # .venv/share/backfill_assets/jars), fetched from Maven Central with Maven, each checked
 # against its pinned SHA-256. Does nothing when every jar is there with its digest, so a
 # second `make` downloads nothing. Installs Maven with apt-get when run as root and missing.
@@ -28,7 +29,7 @@ if ! command -v mvn >/dev/null 2>&1; then
     echo "installing maven (apt-get)"
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq maven >/dev/null
   else
-    echo "the S3A jars need Maven: sudo apt-get install -y maven (Debian/Ubuntu)" >&2
+    echo "the pinned jars need Maven: sudo apt-get install -y maven (Debian/Ubuntu)" >&2
     exit 1
   fi
 fi
@@ -49,7 +50,7 @@ trap 'rm -rf "$work"' EXIT
   done < <(entries)
   echo '</dependencies></project>'
 } >"$work/pom.xml"
-echo "fetching the S3A jars (deploy/spark-jars.txt) into $dest"
+echo "fetching the pinned jars (deploy/spark-jars.txt) into $dest"
 (cd "$work" && mvn -B -q -Dstyle.color=never -f pom.xml dependency:copy-dependencies \
   -DoutputDirectory="$work/jars" -DincludeScope=runtime -DexcludeTransitive=true)
 

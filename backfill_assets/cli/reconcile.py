@@ -35,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         choices=SOURCES,
         default="dagster",
         help="published state from Dagster's records, as the sensor (default), or "
-        "from the ledger (starts Spark)",
+        "from the ledger database (neither starts Spark)",
     )
     p.add_argument(
         "--from",
