@@ -259,12 +259,12 @@ def execute_stages(
     job = defs.resolve_implicit_global_asset_job_def()
     summaries: list[launch.RunSummary] = []
     for stage_layers, first, last in stages:
-        keys = [
+        selection = [
             k for layer in stage_layers if layer != PUBLISH for k in keys.layer_keys(defs, layer)
         ]
         publishes = PUBLISH in stage_layers
         if publishes:
-            keys.append(keys.PUBLISH_KEY)
+            selection.append(keys.PUBLISH_KEY)
         stage_tags = {
             **run_tags,
             tags.RELEASE: release_id,
@@ -273,7 +273,7 @@ def execute_stages(
         }
         result = job.execute_in_process(
             instance=instance,
-            asset_selection=keys,
+            asset_selection=selection,
             tags=stage_tags,
             run_config=dict(run_config) if run_config and publishes else None,
             raise_on_error=False,
