@@ -25,7 +25,7 @@ from backfill_assets.release.instance import prepare_dagster_home
 from backfill_assets.release.keys import table_key
 from backfill_assets.release.state import metadata_value
 from backfill_assets.settings import PROJECT_ROOT, Settings
-from backfill_assets_tests.stack.servers import Processes
+from backfill_assets_dev.stack.servers import Processes
 
 BIN = Path(sys.executable).parent / "backfill-assets"
 COMMAND_TIMEOUT_SECONDS = 1500

@@ -28,9 +28,10 @@ import sqlalchemy as sa
 from backfill_assets.core.hours import hour_range
 from backfill_assets.core.warehouse import database
 from backfill_assets_dev import expected
-from backfill_assets_tests.stack import servers
-from backfill_assets_tests.stack.conftest import AWS, HOURS, START, WAREHOUSE_BUCKET, Stack
-from backfill_assets_tests.stack.servers import tail
+from backfill_assets_dev.stack import servers
+from backfill_assets_dev.stack.production import AWS, START, WAREHOUSE_BUCKET
+from backfill_assets_dev.stack.servers import tail
+from backfill_assets_tests.stack.conftest import HOURS, Stack
 
 LAST = "2026-11-20T06"  # START + HOURS - 1
 SESSION_HOUR = "2026-11-20T03"

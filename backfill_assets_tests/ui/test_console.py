@@ -29,7 +29,7 @@ from backfill_assets.core import tags
 from backfill_assets.core.hours import ENV_END, ENV_START
 from backfill_assets.release import keys
 from backfill_assets.settings import PROJECT_ROOT
-from backfill_assets_tests.stack.servers import Processes, free_port
+from backfill_assets_dev.stack.servers import Processes, free_port
 
 FIRST, LAST, BAD = "2026-11-20T00", "2026-11-20T05", "2026-11-20T03"
 # An operator's reason that spells HTML, a heading, a table row and a link: shown as text
