@@ -14,7 +14,6 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -33,19 +32,12 @@ from backfill_assets_dev.stack.production import (
     production_env,
     write_instance_config,
 )
-
-HOURS = 7  # one session hour (T03) has its whole ±3 h window in the data
-CLIENTS = 2
-
-
-@dataclass
-class Stack:
-    env: dict[str, str]
-    backups: Path  # the local copy of what was uploaded (with its _truth/)
-    data_root: str
-    dagster_home: Path
-    logs: Path
-    postgres_url: str
+from backfill_assets_tests.helpers.processes import (
+    bin_of,
+    start_daemon,
+    wait_for_postgres_heartbeat,
+)
+from backfill_assets_tests.helpers.stack import CLIENTS, HOURS, Stack
 
 
 @pytest.fixture(scope="session")
@@ -66,21 +58,6 @@ def postgres_url(processes: servers.Processes, stack_logs: Path) -> str:
     """Base URL (``postgresql+psycopg2://postgres@127.0.0.1:PORT``); databases
     ``dagster`` and ``metastore`` exist."""
     return servers.start_postgres(processes, stack_logs, ["dagster", "metastore", "ledger"])
-
-
-def _wait_for_daemon(url: str, daemon: servers.Server, processes: servers.Processes) -> None:
-    """Until the daemon's heartbeats are in the instance's database."""
-    import psycopg2
-
-    def beating() -> bool:
-        with psycopg2.connect(servers.libpq_url(url)) as conn, conn.cursor() as cur:
-            cur.execute("SELECT to_regclass('daemon_heartbeats') IS NOT NULL")
-            if not cur.fetchone()[0]:
-                return False
-            cur.execute("SELECT count(*) FROM daemon_heartbeats")
-            return cur.fetchone()[0] > 0
-
-    processes.wait_until(daemon, beating, what="daemon heartbeat", timeout=240, poll=1.0)
 
 
 @pytest.fixture(scope="session")
@@ -116,7 +93,7 @@ def stack(
     metastore_jdbc = "jdbc:postgresql://" + postgres_url.split("@", 1)[1] + "/metastore"
     sensor_off = subprocess.Popen(
         [
-            str(Path(sys.executable).parent / "dagster"),
+            bin_of("dagster"),
             "sensor",
             "stop",
             "reconciliation_sensor",
@@ -168,17 +145,6 @@ def stack(
         master=master,
         metastore=metastore,
     )
-    daemon = processes.start(
-        "dagster-daemon",
-        [
-            str(Path(sys.executable).parent / "dagster-daemon"),
-            "run",
-            "-w",
-            str(PROJECT_ROOT / "workspace.yaml"),
-        ],
-        log=logs / "dagster-daemon.log",
-        env=env,
-        cwd=PROJECT_ROOT,
-    )
-    _wait_for_daemon(env["DAGSTER_POSTGRES_URL"], daemon, processes)
+    daemon = start_daemon(processes, env, logs / "dagster-daemon.log")
+    wait_for_postgres_heartbeat(processes, daemon, env["DAGSTER_POSTGRES_URL"])
     return Stack(env, backups, data_root, home, logs, postgres_url)
