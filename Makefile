@@ -74,7 +74,7 @@ test-stack: install check-java stack-deps jvm-archive
 # executor cores, backups and warehouse on S3 and on local disk, its servers on 127.0.0.1
 # stopped by PID at the end. BENCH_ARGS: --payloads, --hours, --clients, --rounds, --keep.
 bench-stack: install check-java stack-deps jvm-archive
-	$(BIN)/python -m backfill_assets_tests.stack.bench_scale $(BENCH_ARGS)
+	$(BIN)/python -m backfill_assets_dev.stack.bench_scale $(BENCH_ARGS)
 
 ui: install check-java jvm-archive
 	$(BIN)/python -c 'from backfill_assets.release.instance import prepare_dagster_home as p; from backfill_assets.settings import Settings as S; print("DAGSTER_HOME:", p(S.from_env()))'

@@ -2,7 +2,6 @@
 
 import os
 import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from backfill_assets.defs.partitions import hourly_partitions_def
 from backfill_assets.defs.publish.assets import PUBLISH
 from backfill_assets.defs.publish.vacuum import SCHEDULE_ENV, VACUUM_JOB, VACUUM_SCHEDULE
 from backfill_assets.settings import PROJECT_ROOT
+from backfill_assets_tests.helpers.processes import bin_of
 
 
 def test_one_entry_point_named_in_workspace_and_pyproject():
@@ -93,9 +93,8 @@ def test_vacuum_schedule_is_stopped_unless_enabled(base_settings, monkeypatch):
 
 def test_dagster_cli_validates_the_code_location(tmp_path: Path):
     env = {**os.environ, "DAGSTER_HOME": str(tmp_path), "DAGSTER_DISABLE_TELEMETRY": "1"}
-    dagster = Path(sys.executable).parent / "dagster"
     result = subprocess.run(
-        [str(dagster), "definitions", "validate", "-w", str(PROJECT_ROOT / "workspace.yaml")],
+        [bin_of("dagster"), "definitions", "validate", "-w", str(PROJECT_ROOT / "workspace.yaml")],
         env=env,
         capture_output=True,
         text=True,

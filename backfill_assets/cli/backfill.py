@@ -133,8 +133,8 @@ def _show(run) -> None:
 
 
 def supervisor_of(settings, instance):
-    """The daemon supervisor of a command (``release.daemon.DaemonSupervisor``): its daemon's and code
-    server's output go to ``$DAGSTER_HOME/logs/daemon.log``."""
+    """The daemon supervisor of a command (``release.daemon.DaemonSupervisor``): its
+    daemon's and code server's output go to ``$DAGSTER_HOME/logs/daemon.log``."""
     from pathlib import Path
 
     from backfill_assets.release import daemon

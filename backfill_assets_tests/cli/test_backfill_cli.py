@@ -9,9 +9,6 @@ hours they hold and says so. No process hits the embedded metastore's one-JVM li
 """
 
 import itertools
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -25,25 +22,16 @@ from backfill_assets.defs.publish.assets import PUBLISH
 from backfill_assets.defs.sensors.reconciliation import SENSOR_NAME
 from backfill_assets.release.holds import HELD_BY, in_flight
 from backfill_assets.release.instance import get_instance
-from backfill_assets.settings import Settings
-from backfill_assets_dev.generator import generate_backups
-from backfill_assets_tests.real_backfill import processes_with
+from backfill_assets_tests.helpers.processes import (
+    kill_group_if_running,
+    operator_tree,
+    processes_with,
+    start_cli,
+)
 
 pytestmark = pytest.mark.slow
 
-BIN = Path(sys.executable).parent / "backfill-assets"
 DEADLINE_SECONDS = 300
-
-
-def start(args: list[str], env: dict[str, str]) -> subprocess.Popen:
-    return subprocess.Popen(
-        [str(BIN), *args],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
 
 
 def releases_with(instance: dg.DagsterInstance, reasons: set[str]) -> dict[str, str]:
@@ -58,26 +46,7 @@ def releases_with(instance: dg.DagsterInstance, reasons: set[str]) -> dict[str, 
 def test_overlapping_cli_backfills_one_proceeds_the_other_is_refused_and_the_sensor_waits(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    generate_backups(
-        tmp_path / "backups",
-        start="2026-11-20T00",
-        hours=4,
-        clients=2,
-        users_per_client=10,
-        seed=3,
-        workers=1,
-    )
-    env = {
-        **os.environ,
-        "BACKUP_ROOT": str(tmp_path / "backups"),
-        "DATA_ROOT": str(tmp_path / "data"),
-        "DAGSTER_HOME": str(tmp_path / "home"),
-        "BACKFILL_RECONCILE_SENSOR": "off",
-        "DAGSTER_DISABLE_TELEMETRY": "1",
-    }
-    for key in ("BACKUP_ROOT", "DATA_ROOT", "DAGSTER_HOME"):
-        monkeypatch.setenv(key, env[key])
-    settings = Settings.from_env()
+    env, settings = operator_tree(tmp_path, monkeypatch)
     hours = ["--layers", "raw", "--no-downstream"]
     first = ["--from", "2026-11-20T00", "--to", "2026-11-20T01", "--layers", "raw,transformed"]
     commands = {  # two layers chained in one backfill that publishes; a raw-only dry run
@@ -106,10 +75,10 @@ def test_overlapping_cli_backfills_one_proceeds_the_other_is_refused_and_the_sen
     }
     processes = {}
     try:
-        processes["first"] = start(commands["first"], env)
-        processes["dry"] = start(commands["dry"], env)
+        processes["first"] = start_cli(commands["first"], env)
+        processes["dry"] = start_cli(commands["dry"], env)
         time.sleep(1)  # the operator's second command, a second later (not a synchronization)
-        processes["second"] = start(commands["second"], env)
+        processes["second"] = start_cli(commands["second"], env)
         instance = get_instance(settings)
         # the loser of the two overlapping releases exits at launch, the winner is in flight
         deadline = time.monotonic() + DEADLINE_SECONDS
@@ -136,9 +105,7 @@ def test_overlapping_cli_backfills_one_proceeds_the_other_is_refused_and_the_sen
         outputs = {n: p.communicate(timeout=1500)[0] for n, p in processes.items() if n != loser}
     finally:
         for p in processes.values():
-            if p.poll() is None:
-                os.killpg(p.pid, 9)
-                p.wait()
+            kill_group_if_running(p)
     # the refused one: exit 2, one line naming the release that holds its hours
     assert processes[loser].returncode == 2, loser_output[-4000:]
     refusal = loser_output.strip().splitlines()[-1]

@@ -8,9 +8,6 @@ the report says so; and the reconciliation sensor does not relaunch the same hou
 same damage.
 """
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import dagster as dg
@@ -24,12 +21,10 @@ from backfill_assets.defs.sensors.reconciliation import SENSOR_NAME
 from backfill_assets.release.instance import get_instance
 from backfill_assets.release.keys import table_key
 from backfill_assets.settings import Settings
-from backfill_assets_dev.generator import generate_backups
-from backfill_assets_tests.conftest import fault_pause
+from backfill_assets_tests.helpers.processes import cli, cli_at_fault, operator_tree
 
 pytestmark = pytest.mark.slow
 
-BIN = Path(sys.executable).parent / "backfill-assets"
 DEADLINE_SECONDS = 600
 
 
@@ -52,69 +47,25 @@ def tick(settings: Settings, instance: dg.DagsterInstance, cursor: str | None):
 def test_a_release_cancelled_during_its_first_run_publishes_nothing_and_is_recorded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    generate_backups(
-        tmp_path / "backups",
-        start="2026-11-20T00",
-        hours=4,
-        clients=2,
-        users_per_client=10,
-        seed=3,
-        workers=1,
-    )
-    env = {
-        **os.environ,
-        "BACKUP_ROOT": str(tmp_path / "backups"),
-        "DATA_ROOT": str(tmp_path / "data"),
-        "DAGSTER_HOME": str(tmp_path / "home"),
-        "BACKFILL_RECONCILE_SENSOR": "off",
-        "DAGSTER_DISABLE_TELEMETRY": "1",
-    }
-    for key in ("BACKUP_ROOT", "DATA_ROOT", "DAGSTER_HOME"):
-        monkeypatch.setenv(key, env[key])
-    settings = Settings.from_env()
+    env, settings = operator_tree(tmp_path, monkeypatch)
     command = ["backfill", "--from", "2026-11-20T00", "--to", "2026-11-20T01"]
     command += ["--layers", "raw", "--no-downstream", "--reason", "to cancel"]
     # the first run stops inside its shadow write until it is cancelled
-    with fault_pause(tmp_path / "pause.fifo", faults.SHADOW_WRITE) as (pause, reached):
-        release = subprocess.Popen(
-            [str(BIN), *command],
-            env={**env, **pause},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
+    with cli_at_fault(command, env, tmp_path / "pause.fifo", faults.SHADOW_WRITE) as release:
+        instance = get_instance(settings)
+        backfill_id = backfill_with_reason(instance, "to cancel")
+        assert any(
+            r.status == dg.DagsterRunStatus.STARTED
+            for r in instance.get_runs(
+                filters=dg.RunsFilter(tags={tags.DAGSTER_BACKFILL: backfill_id})
+            )
         )
-        try:
-            reached(release, lambda: f"the release ended first: {release.stdout.read()[-3000:]}")
-            instance = get_instance(settings)
-            backfill_id = backfill_with_reason(instance, "to cancel")
-            assert any(
-                r.status == dg.DagsterRunStatus.STARTED
-                for r in instance.get_runs(
-                    filters=dg.RunsFilter(tags={tags.DAGSTER_BACKFILL: backfill_id})
-                )
-            )
-            cancel = subprocess.run(
-                [
-                    str(BIN),
-                    "cancel",
-                    "--backfill",
-                    backfill_id,
-                    "--by",
-                    "alice",
-                    "--reason",
-                    "oops",
-                ],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=DEADLINE_SECONDS,
-            )
-            output = release.communicate(timeout=DEADLINE_SECONDS)[0]
-        finally:
-            if release.poll() is None:
-                os.killpg(release.pid, 9)
-                release.wait()
+        cancel = cli(
+            env,
+            *["cancel", "--backfill", backfill_id, "--by", "alice", "--reason", "oops"],
+            timeout=DEADLINE_SECONDS,
+        )
+        output = release.communicate(timeout=DEADLINE_SECONDS)[0]
     assert cancel.returncode == 0, cancel.stdout[-3000:] + cancel.stderr[-3000:]
     assert f"release {backfill_id} cancelled by alice" in cancel.stdout
     assert release.returncode == 1 and f"backfill {backfill_id}: canceled" in output, output
@@ -132,11 +83,9 @@ def test_a_release_cancelled_during_its_first_run_publishes_nothing_and_is_recor
     [row] = audit.rows(settings.warehouse_dir, audit.CANCELLATIONS)
     assert (row["release_id"], row["cancelled_by"], row["reason"]) == (backfill_id, "alice", "oops")
     assert row["hours"] == "2026-11-20T00..2026-11-20T01"
-    report = subprocess.run(
-        [str(BIN), "report", "--backfill", backfill_id, "--no-diff", "--out", str(tmp_path)],
-        env=env,
-        capture_output=True,
-        text=True,
+    report = cli(
+        env,
+        *["report", "--backfill", backfill_id, "--no-diff", "--out", str(tmp_path)],
         timeout=DEADLINE_SECONDS,
     )
     assert report.returncode == 0, report.stderr[-3000:]

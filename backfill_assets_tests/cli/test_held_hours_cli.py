@@ -23,7 +23,7 @@ from backfill_assets.release.holds import HELD_BY, in_flight
 from backfill_assets.release.instance import prepare_dagster_home
 from backfill_assets.settings import Settings
 from backfill_assets_dev.generator import generate_backups
-from backfill_assets_tests.real_backfill import cli, cli_env, shared_daemon
+from backfill_assets_tests.helpers.processes import cli, cli_env, shared_daemon
 
 pytestmark = pytest.mark.slow
 

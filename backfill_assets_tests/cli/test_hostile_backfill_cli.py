@@ -1,6 +1,6 @@
 """A real Dagster backfill (the CLI, its daemon, the run worker's Spark; every layer, the
 default partitions), under a 9 GiB memory cap, over an 8-hour tree with one hostile case
-per folder (``backups/hostile.py``): the hours of two 20 GiB decompression bombs (one
+per folder (``helpers/hostile.py``): the hours of two 20 GiB decompression bombs (one
 line; billions of empty lines) and of the links and FIFO are held back, each naming its
 file (and the limit) in the CLI's output, and so are the hours of three hostile manifests
 (nested 100,000 deep, 1e400 bytes, 10^30 records), which ``reconcile`` names too; no
@@ -18,8 +18,11 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "core" / "backups"))
-from hostile import (
+from backfill_assets.core.backups.inventory import take_inventory
+from backfill_assets.core.backups.store import LocalBackupStore
+from backfill_assets.core.reconcile.findings import describe_hours
+from backfill_assets_dev.generator import generate_backups
+from backfill_assets_tests.helpers.hostile import (
     BOMB_HOUR,
     CLEAN_HOUR,
     HOSTILE_PART,
@@ -33,16 +36,9 @@ from hostile import (
     hostile_tree,
     zstd_bomb,
 )
-
-from backfill_assets.core.backups.inventory import take_inventory
-from backfill_assets.core.backups.store import LocalBackupStore
-from backfill_assets.core.reconcile.findings import describe_hours
-from backfill_assets_dev.generator import generate_backups
-from backfill_assets_tests.real_backfill import memory_cap
+from backfill_assets_tests.helpers.processes import cli, memory_cap
 
 pytestmark = pytest.mark.slow
-
-BIN = Path(sys.executable).parent / "backfill-assets"
 
 
 # Hostile manifests in three more hours (a client folder of each): each holds its hour
@@ -103,15 +99,13 @@ def test_a_backfill_holds_back_the_hostile_hours_and_publishes_the_rest(tmp_path
         "DAGSTER_DISABLE_TELEMETRY": "1",
     }
     # the operator's command: every downstream layer, the default partitions
-    command = [str(BIN), "backfill", "--from", HOURS[0], "--to", LAST_HOUR]
+    command = ["backfill", "--from", HOURS[0], "--to", LAST_HOUR]
     command += ["--reason", "hostile files"]
     try:
         with memory_cap(MEMORY_CAP_BYTES, "hostile-release") as cap:
-            process = subprocess.run(
-                command,
-                env=env,
-                capture_output=True,
-                text=True,
+            process = cli(
+                env,
+                *command,
                 timeout=1500,
                 preexec_fn=cap.join,  # the command, its daemon, code server, runs, JVMs
             )
@@ -152,13 +146,7 @@ def test_a_backfill_holds_back_the_hostile_hours_and_publishes_the_rest(tmp_path
             output[-4000:],
         )
     # reconcile names those folders too, instead of crashing
-    reconciled = subprocess.run(
-        [str(BIN), "reconcile", "--from", HOURS[0], "--to", LAST_HOUR],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    reconciled = cli(env, "reconcile", "--from", HOURS[0], "--to", LAST_HOUR, timeout=600)
     assert reconciled.returncode == 1 and "Traceback" not in reconciled.stderr
     # its health line counts the held-back hours as not published, never as healthy
     [health] = [x for x in reconciled.stdout.splitlines() if x.strip().startswith("health raw:")]

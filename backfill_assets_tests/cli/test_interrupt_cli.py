@@ -18,8 +18,7 @@ from backfill_assets.core.warehouse import audit
 from backfill_assets.release.instance import get_instance
 from backfill_assets.settings import Settings
 from backfill_assets_dev.generator import generate_backups
-from backfill_assets_tests.conftest import fault_pause
-from backfill_assets_tests.real_backfill import BIN, cli, cli_env, processes_with
+from backfill_assets_tests.helpers.processes import cli, cli_at_fault, cli_env, processes_with
 
 pytestmark = pytest.mark.slow
 
@@ -32,24 +31,16 @@ def test_sigterm_mid_release_leaves_no_process_and_says_what_is_left(tmp_path: P
         seed=3, workers=1,
     )  # fmt: skip
     env = cli_env(tmp_path, tmp_path / "backups")
-    command = [str(BIN), "backfill", "--from", "2026-11-20T00", "--to", "2026-11-20T01"]
-    with fault_pause(tmp_path / "pause.fifo", faults.SHADOW_WRITE) as (pause, reached):
-        release = subprocess.Popen(
-            [*command, "--reason", "to interrupt"],
-            env={**env, **pause},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
-        try:
-            reached(release, lambda: f"the release ended first: {release.stderr.read()[-3000:]}")
-            os.kill(release.pid, signal.SIGTERM)  # the command alone, as `kill PID` does
-            out, err = release.communicate(timeout=DEADLINE_SECONDS)
-        finally:
-            if release.poll() is None:
-                os.killpg(release.pid, signal.SIGKILL)
-                release.wait()
+    command = ["backfill", "--from", "2026-11-20T00", "--to", "2026-11-20T01"]
+    with cli_at_fault(
+        [*command, "--reason", "to interrupt"],
+        env,
+        tmp_path / "pause.fifo",
+        faults.SHADOW_WRITE,
+        stderr=subprocess.PIPE,
+    ) as release:
+        os.kill(release.pid, signal.SIGTERM)  # the command alone, as `kill PID` does
+        out, err = release.communicate(timeout=DEADLINE_SECONDS)
     assert release.returncode == 128 + signal.SIGTERM, out[-2000:] + err[-3000:]
     assert "Traceback" not in err, err[-3000:]
     # nothing of its instance is left: daemon, code server, run worker, Spark JVM

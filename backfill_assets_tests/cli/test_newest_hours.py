@@ -26,7 +26,8 @@ from backfill_assets.release.keys import table_key
 from backfill_assets.settings import PARTITIONS_END_ENV as ENV_END
 from backfill_assets.settings import Settings
 from backfill_assets_dev.generator import generate_backups, land_held_back
-from backfill_assets_tests.real_backfill import backfill_id_of, cli, latest, provisional
+from backfill_assets_tests.helpers.processes import cli
+from backfill_assets_tests.helpers.releases import backfill_id_of, latest, provisional
 
 pytestmark = pytest.mark.slow
 

@@ -16,13 +16,8 @@ import pytest
 from backfill_assets.core.hours import hours_between
 from backfill_assets.release.keys import table_key
 from backfill_assets_dev.generator import generate_backups
-from backfill_assets_tests.real_backfill import (
-    backfill_id_of,
-    cli,
-    cli_env,
-    latest,
-    provisional,
-)
+from backfill_assets_tests.helpers.processes import cli, cli_env
+from backfill_assets_tests.helpers.releases import backfill_id_of, latest, provisional
 
 pytestmark = pytest.mark.slow
 

@@ -16,22 +16,16 @@ from pathlib import Path
 import pytest
 
 from backfill_assets_dev.generator import generate_backups
+from backfill_assets_tests.helpers.processes import cli
 
 pytestmark = pytest.mark.slow
 
-BIN = Path(sys.executable).parent / "backfill-assets"
 HOURS = ("2026-11-20T00", "2026-11-20T01")
 RAW_ONLY = ["--layers", "raw", "--no-downstream"]
 
 
 def backfill(env: dict[str, str], root: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(BIN), *args],
-        env={**env, "BACKUP_ROOT": str(root)},
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
+    return cli({**env, "BACKUP_ROOT": str(root)}, *args, timeout=1200)
 
 
 def test_a_backfill_from_a_tree_with_a_client_fewer_is_held_back_naming_the_client(

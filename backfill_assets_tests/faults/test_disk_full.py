@@ -24,13 +24,8 @@ import pytest
 from backfill_assets.core.names import LAYERS
 from backfill_assets.settings import LEDGER_URL_ENV
 from backfill_assets_dev.generator import generate_backups
-from backfill_assets_tests.real_backfill import (
-    cli,
-    cli_env,
-    cli_together,
-    published_state,
-    shared_daemon,
-)
+from backfill_assets_tests.helpers.processes import cli, cli_env, cli_together, shared_daemon
+from backfill_assets_tests.helpers.releases import published_state
 
 pytestmark = pytest.mark.slow
 

@@ -17,20 +17,18 @@ import pytest
 
 from backfill_assets.core import faults
 from backfill_assets_dev.generator import generate_backups
-from backfill_assets_tests.conftest import kill_at_fault
+from backfill_assets_tests.helpers.processes import importable, kill_at_fault
 
 pytestmark = pytest.mark.slow
 
 FIRST, LAST, LATE = "2026-11-20T00", "2026-11-20T01", "2026-11-20T01"
-TESTS = Path(__file__).resolve().parents[1]
 # One script for every step: prepare (a live release, late files, a dry run, built
 # in-process as the suite's fast path; then maybe publish the dry run), or settle + inspect
 # the ledger and metastore and then maybe publish a release. (A kill inside a shadow write
 # is sensors/test_orphans.py.)
-SCRIPT = f"""
+SCRIPT = """
 import json, os, sys
 from pathlib import Path
-sys.path.insert(0, {str(TESTS.parent)!r})
 import dagster as dg
 from backfill_assets.definitions import build_definitions
 from backfill_assets_dev.generator import land_held_back
@@ -39,7 +37,7 @@ from backfill_assets.core.warehouse import publisher
 from backfill_assets.core.warehouse.tables import partition_locations
 from backfill_assets.core.spark.session import spark_session
 from backfill_assets.settings import Settings
-from backfill_assets_tests.conftest import execute_release
+from backfill_assets_tests.helpers.releases import execute_release
 
 action, out = sys.argv[1], sys.argv[2]
 settings = Settings.from_env()
@@ -52,21 +50,21 @@ def build(instance, first, last, publish):
         build_definitions(settings), instance, first, last,
         layers=("raw", "transformed"), downstream=False, publish=publish,
     )
-    return {{"release": result.release_id, "ok": result.success, "failures": result.failures}}
+    return {"release": result.release_id, "ok": result.success, "failures": result.failures}
 
 
 def inspect(spark):
     settled = publisher.recover(spark, settings.warehouse_dir, tables)
-    tops = {{
-        f"{{t}}/{{h}}": s[-1].release_id
+    tops = {
+        f"{t}/{h}": s[-1].release_id
         for (t, h), s in publisher.history(publisher.ledger(spark, tables)).items() if s
-    }}
-    return {{
-        "settled": sorted({{e["phase"] for e in settled}}),
+    }
+    return {
+        "settled": sorted({e["phase"] for e in settled}),
         "verify": publisher.verify(spark, tables),
         "tops": tops,
-        "locations": {{t: partition_locations(spark, t) for t in tables}},
-    }}
+        "locations": {t: partition_locations(spark, t) for t in tables},
+    }
 
 
 if action == "prepare":  # a live release, late files land, a dry run of the late hour
@@ -76,19 +74,19 @@ if action == "prepare":  # a live release, late files land, a dry run of the lat
         land_held_back(Path(settings.backup_root))
         dry = build(instance, late, late, False)
     spark = spark_session(settings)
-    json.dump({{"live": live, "dry": dry, "before": inspect(spark)}}, open(out, "w"))
+    json.dump({"live": live, "dry": dry, "before": inspect(spark)}, open(out, "w"))
     if len(sys.argv) > 6:  # then publish the dry run, pausing (to be killed) at a swap
         os.environ["BACKFILL_ASSETS_PAUSE_AT"] = sys.argv[6]
         publisher.publish_release(
             spark, settings.warehouse_dir, dry["release"], layers, run_id="fault-test",
-            manifest={{}},
+            manifest={},
         )
 else:  # settle and inspect; then maybe publish a release
     spark = spark_session(settings)
     json.dump(inspect(spark), open(out, "w"))
     if action == "publish":
         publisher.publish_release(
-            spark, settings.warehouse_dir, sys.argv[3], layers, run_id="fault-test", manifest={{}}
+            spark, settings.warehouse_dir, sys.argv[3], layers, run_id="fault-test", manifest={}
         )
 """
 
@@ -107,13 +105,16 @@ def env(tmp_path: Path) -> dict[str, str]:
     )
     home = tmp_path / "home"
     home.mkdir()
-    return {
-        **os.environ,
-        "BACKUP_ROOT": str(tmp_path / "backups"),
-        "DATA_ROOT": str(tmp_path / "data"),
-        "DAGSTER_HOME": str(home),
-        "DAGSTER_DISABLE_TELEMETRY": "1",
-    }
+    # the steps import the suite's helpers (``execute_release``)
+    return importable(
+        {
+            **os.environ,
+            "BACKUP_ROOT": str(tmp_path / "backups"),
+            "DATA_ROOT": str(tmp_path / "data"),
+            "DAGSTER_HOME": str(home),
+            "DAGSTER_DISABLE_TELEMETRY": "1",
+        }
+    )
 
 
 def step(env: dict[str, str], tmp_path: Path, *args: str, pause_at: str | None = None) -> dict:

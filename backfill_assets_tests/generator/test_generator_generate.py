@@ -425,7 +425,7 @@ def test_refuses_to_write_into_an_existing_tree(tmp_path: Path) -> None:
 
 def test_force_never_deletes_a_tree_the_generator_did_not_write(tmp_path: Path) -> None:
     """Issue 9 item 6: --force deleted a foreign backup tree, foreign file included."""
-    from conftest import write_backup_folder, zst
+    from backfill_assets_tests.helpers.backups import write_backup_folder, zst
 
     foreign = tmp_path / "backups"
     write_backup_folder(foreign, "2026-11-20T00", 1, {"part-00000.jsonl.zst": zst(["{}"])})

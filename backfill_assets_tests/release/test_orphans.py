@@ -10,18 +10,15 @@ import pytest
 from backfill_assets.core import faults
 from backfill_assets.release.orphans import fail_orphaned_runs, worker_pid
 from backfill_assets_dev.generator import generate_backups
-from backfill_assets_tests.conftest import kill_at_fault
+from backfill_assets_tests.helpers.processes import importable, kill_at_fault
 
 pytestmark = pytest.mark.slow
 
-TESTS = Path(__file__).resolve().parents[1]
-SCRIPT = f"""
-import sys
-sys.path.insert(0, {str(TESTS.parent)!r})
+SCRIPT = """
 import dagster as dg
 from backfill_assets.definitions import build_definitions
 from backfill_assets.settings import Settings
-from backfill_assets_tests.conftest import execute_release
+from backfill_assets_tests.helpers.releases import execute_release
 with dg.DagsterInstance.get() as instance:
     execute_release(build_definitions(Settings.from_env()), instance,
                     "2026-11-20T00", "2026-11-20T01", downstream=False)
@@ -42,7 +39,10 @@ def test_a_killed_run_is_marked_failed_naming_its_process(tmp_path: Path):
         "DAGSTER_HOME": str(home),
     }
     pid = kill_at_fault(
-        [sys.executable, "-c", SCRIPT], env, tmp_path / "pause.fifo", faults.SHADOW_WRITE
+        [sys.executable, "-c", SCRIPT],
+        importable(env),
+        tmp_path / "pause.fifo",
+        faults.SHADOW_WRITE,
     )
 
     with dg.DagsterInstance.from_config(str(home)) as instance:

@@ -1,2 +1,3 @@
-"""The production stack on this machine (a package, so its conftest is ``stack.conftest``
-and does not shadow the suite's ``conftest`` module that tests import helpers from)."""
+"""The production stack on this machine (a package, so its conftest is ``stack.conftest``,
+not a second module named ``conftest``). Its servers and the production environment are
+``backfill_assets_dev.stack``'s, shared with the scale benchmark."""

@@ -10,64 +10,42 @@ own process group; the finalizers stop them all, also when a fixture or a test f
 
 from __future__ import annotations
 
-import atexit
 import os
-import signal
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 from backfill_assets.core.spark.session import s3a_conf
 from backfill_assets.settings import PROJECT_ROOT, Settings
 from backfill_assets_dev.generator import generate_backups
-from backfill_assets_tests.stack import servers
-
-BUCKET = "backups"
-PREFIX = "tree"
-LOG_BUCKET = "dagster-logs"
-WAREHOUSE_BUCKET = "warehouse"
-START = "2026-11-20T00"
-HOURS = 7  # one session hour (T03) has its whole ±3 h window in the data
-CLIENTS = 2
-AWS = {
-    "AWS_ACCESS_KEY_ID": "stack-test",
-    "AWS_SECRET_ACCESS_KEY": "stack-test",
-    "AWS_DEFAULT_REGION": "us-east-1",
-}
-
-
-@dataclass
-class Stack:
-    env: dict[str, str]
-    backups: Path  # the local copy of what was uploaded (with its _truth/)
-    data_root: str
-    dagster_home: Path
-    logs: Path
-    postgres_url: str
-
-
-def _terminate(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
+from backfill_assets_dev.stack import servers
+from backfill_assets_dev.stack.production import (
+    AWS,
+    BUCKET,
+    LOG_BUCKET,
+    PREFIX,
+    START,
+    WAREHOUSE_BUCKET,
+    production_env,
+    write_instance_config,
+)
+from backfill_assets_tests.helpers.processes import (
+    bin_of,
+    start_daemon,
+    wait_for_postgres_heartbeat,
+)
+from backfill_assets_tests.helpers.stack import CLIENTS, HOURS, Stack
 
 
 @pytest.fixture(scope="session")
 def processes() -> Iterator[servers.Processes]:
-    """Every server the stack starts; all stopped by PID (process group) at the end."""
-    started = servers.Processes()
-    # Also when pytest itself is terminated (SIGTERM) or exits without tearing down.
-    atexit.register(started.stop_all)
-    previous = signal.signal(signal.SIGTERM, _terminate)
-    try:
+    """Every server the stack starts; all stopped by PID (process group) at the end, also
+    when pytest itself is terminated (SIGTERM) or exits without tearing down."""
+    with servers.stopped_at_exit(servers.Processes()) as started:
         yield started
-    finally:
-        started.stop_all()
-        signal.signal(signal.SIGTERM, previous)
-        atexit.unregister(started.stop_all)
 
 
 @pytest.fixture(scope="session")
@@ -80,73 +58,6 @@ def postgres_url(processes: servers.Processes, stack_logs: Path) -> str:
     """Base URL (``postgresql+psycopg2://postgres@127.0.0.1:PORT``); databases
     ``dagster`` and ``metastore`` exist."""
     return servers.start_postgres(processes, stack_logs, ["dagster", "metastore", "ledger"])
-
-
-def write_instance_config(home: Path) -> None:
-    """The production instance config minus what needs Kubernetes: same storage, pools,
-    run queue and S3 compute logs; runs launched as local processes by the daemon."""
-    config = yaml.safe_load((PROJECT_ROOT / "deploy" / "dagster.production.yaml").read_text())
-    config.pop("run_launcher")
-    config["concurrency"]["runs"]["max_concurrent_runs"] = 4
-    # The runs stage their logs under this stack's home (removed with it), not in the
-    # machine's /tmp/dagster-compute-logs, where each run would leave a directory behind.
-    config["compute_logs"]["config"]["local_dir"] = str(home / "compute-logs")
-    (home / "dagster.yaml").write_text(yaml.safe_dump(config))
-
-
-def _wait_for_daemon(url: str, daemon: servers.Server, processes: servers.Processes) -> None:
-    """Until the daemon's heartbeats are in the instance's database."""
-    import psycopg2
-
-    def beating() -> bool:
-        with psycopg2.connect(servers.libpq_url(url)) as conn, conn.cursor() as cur:
-            cur.execute("SELECT to_regclass('daemon_heartbeats') IS NOT NULL")
-            if not cur.fetchone()[0]:
-                return False
-            cur.execute("SELECT count(*) FROM daemon_heartbeats")
-            return cur.fetchone()[0] > 0
-
-    processes.wait_until(daemon, beating, what="daemon heartbeat", timeout=240, poll=1.0)
-
-
-def production_env(
-    base: Mapping[str, str],
-    *,
-    backup_root: str,
-    data_root: str,
-    s3: str,
-    master: str,
-    metastore: str,
-    executors: int = 1,
-) -> dict[str, str]:
-    """The environment of a production run against the stack's servers (``base``: this
-    process's environment without ``SPARK_*``, with the AWS credentials and Dagster's);
-    ``executors`` executors of one core each."""
-    return {
-        **base,
-        "BACKFILL_ENV": "production",
-        "BACKUP_ROOT": backup_root,
-        "DATA_ROOT": data_root,
-        "DAGSTER_LOG_BUCKET": LOG_BUCKET,
-        "AWS_ENDPOINT_URL_S3": s3,
-        "SPARK_MASTER": master,
-        "SPARK_DRIVER_HOST": servers.HOST,
-        "SPARK_DRIVER_BIND_ADDRESS": servers.HOST,
-        "SPARK_LOCAL_IP": servers.HOST,
-        "SPARK_DRIVER_MEMORY": "1g",
-        "SPARK_EXECUTOR_MEMORY": "1g",
-        "SPARK_EXECUTOR_CORES": "1",
-        "SPARK_EXECUTOR_INSTANCES": str(executors),
-        "SPARK_SHUFFLE_PARTITIONS": "4",
-        "HIVE_METASTORE_URIS": metastore,
-        # Kubernetes-only settings of the profile; a standalone master ignores them.
-        "SPARK_IMAGE": "unused-on-standalone",
-        "SPARK_NAMESPACE": "unused-on-standalone",
-        "SPARK_SERVICE_ACCOUNT": "unused-on-standalone",
-        "SPARK_DRIVER_POD_NAME": "unused-on-standalone",
-        "BACKFILL_LOCK_TIMEOUT_SECONDS": "600",
-        "DAGSTER_DISABLE_TELEMETRY": "1",
-    }
 
 
 @pytest.fixture(scope="session")
@@ -182,7 +93,7 @@ def stack(
     metastore_jdbc = "jdbc:postgresql://" + postgres_url.split("@", 1)[1] + "/metastore"
     sensor_off = subprocess.Popen(
         [
-            str(Path(sys.executable).parent / "dagster"),
+            bin_of("dagster"),
             "sensor",
             "stop",
             "reconciliation_sensor",
@@ -234,17 +145,6 @@ def stack(
         master=master,
         metastore=metastore,
     )
-    daemon = processes.start(
-        "dagster-daemon",
-        [
-            str(Path(sys.executable).parent / "dagster-daemon"),
-            "run",
-            "-w",
-            str(PROJECT_ROOT / "workspace.yaml"),
-        ],
-        log=logs / "dagster-daemon.log",
-        env=env,
-        cwd=PROJECT_ROOT,
-    )
-    _wait_for_daemon(env["DAGSTER_POSTGRES_URL"], daemon, processes)
+    daemon = start_daemon(processes, env, logs / "dagster-daemon.log")
+    wait_for_postgres_heartbeat(processes, daemon, env["DAGSTER_POSTGRES_URL"])
     return Stack(env, backups, data_root, home, logs, postgres_url)

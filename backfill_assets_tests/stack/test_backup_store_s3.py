@@ -12,8 +12,8 @@ from backfill_assets.core.backups.inventory import take_inventory
 from backfill_assets.core.backups.store import LocalBackupStore, S3BackupStore, _s3_fetcher
 from backfill_assets.core.hours import hour_range
 from backfill_assets_dev.generator import generate_backups
-from backfill_assets_tests.stack import servers
-from backfill_assets_tests.stack.conftest import AWS
+from backfill_assets_dev.stack import servers
+from backfill_assets_dev.stack.production import AWS
 
 
 def test_s3_store_lists_reads_and_fetches_like_the_local_tree(

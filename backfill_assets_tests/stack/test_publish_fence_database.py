@@ -9,14 +9,14 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
 from backfill_assets.core.warehouse import audit
-from backfill_assets_tests.core.warehouse.test_publish_fence import HOLDER, PUBLISHER, WAITER
+from backfill_assets_tests.helpers.fence import HOLDER, PUBLISHER, WAITER
+from backfill_assets_tests.helpers.processes import start_python
 
 # Holds no Parquet audit tables to import: the fence and ledger are in the database alone.
 WAREHOUSE = "/nonexistent/backfill-assets-fence-test/warehouse"
@@ -27,20 +27,9 @@ def database_env(postgres_url: str) -> dict[str, str]:
     return {**os.environ, "BACKFILL_LEDGER_URL": f"{postgres_url}/ledger"}
 
 
-def _python(code: str, env: dict[str, str], *args: str, stdin=None) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-c", code, *args],
-        stdin=stdin,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-
-
 @pytest.fixture
 def holder(database_env: dict[str, str]) -> Iterator[subprocess.Popen]:
-    process = _python(HOLDER, database_env, WAREHOUSE, stdin=subprocess.PIPE)
+    process = start_python(HOLDER, WAREHOUSE, env=database_env, stdin=subprocess.PIPE)
     assert process.stdout is not None
     assert process.stdout.readline().strip() == "fenced", process.stderr.read()
     yield process
@@ -50,7 +39,7 @@ def holder(database_env: dict[str, str]) -> Iterator[subprocess.Popen]:
 
 
 def test_a_second_holder_fails_after_the_timeout_naming_the_layer(holder, database_env) -> None:
-    waiter = _python(WAITER, database_env, WAREHOUSE, "0.5")
+    waiter = start_python(WAITER, WAREHOUSE, "0.5", env=database_env)
     out, err = waiter.communicate(timeout=60)
     assert waiter.returncode != 0 and out == ""
     assert "FenceTimeout: layer 'raw' is being published or rolled back by another run" in err
@@ -59,7 +48,7 @@ def test_a_second_holder_fails_after_the_timeout_naming_the_layer(holder, databa
 def test_a_killed_holder_leaves_no_stale_fence(holder, database_env) -> None:
     holder.send_signal(signal.SIGKILL)
     holder.wait()
-    waiter = _python(WAITER, database_env, WAREHOUSE, "30")
+    waiter = start_python(WAITER, WAREHOUSE, "30", env=database_env)
     out, err = waiter.communicate(timeout=60)
     assert (out.strip(), waiter.returncode) == ("fenced", 0), err
 
@@ -67,7 +56,7 @@ def test_a_killed_holder_leaves_no_stale_fence(holder, database_env) -> None:
 def test_two_publishers_of_a_layer_never_interleave(database_env, monkeypatch) -> None:
     names = [f"{side}-{uuid.uuid4().hex[:8]}" for side in "AB"]
     runs = [
-        _python(PUBLISHER, database_env, WAREHOUSE, name, "20", stdin=subprocess.PIPE)
+        start_python(PUBLISHER, WAREHOUSE, name, "20", env=database_env, stdin=subprocess.PIPE)
         for name in names
     ]
     for run in runs:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 import time
 from collections import Counter, defaultdict
 from datetime import UTC, datetime
@@ -28,9 +27,11 @@ import sqlalchemy as sa
 from backfill_assets.core.hours import hour_range
 from backfill_assets.core.warehouse import database
 from backfill_assets_dev import expected
-from backfill_assets_tests.stack import servers
-from backfill_assets_tests.stack.conftest import AWS, HOURS, START, WAREHOUSE_BUCKET, Stack
-from backfill_assets_tests.stack.servers import tail
+from backfill_assets_dev.stack import servers
+from backfill_assets_dev.stack.production import AWS, START, WAREHOUSE_BUCKET
+from backfill_assets_dev.stack.servers import tail
+from backfill_assets_tests.helpers import processes as real_processes
+from backfill_assets_tests.helpers.stack import HOURS, Stack
 
 LAST = "2026-11-20T06"  # START + HOURS - 1
 SESSION_HOUR = "2026-11-20T03"
@@ -41,13 +42,7 @@ def start_cli(stack: Stack, log: Path, *args: str) -> subprocess.Popen:
     """``backfill-assets ARGS`` with the stack's production environment (its Dagster
     commands are run by the stack's daemon), its output into ``log``."""
     with open(log, "wb") as out:
-        return subprocess.Popen(
-            [str(Path(sys.executable).parent / "backfill-assets"), *args],
-            env=stack.env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        return real_processes.start_cli(args, stack.env, stdout=out, text=False)
 
 
 def cli(stack: Stack, log: Path, *args: str) -> str:
@@ -66,13 +61,7 @@ def cli(stack: Stack, log: Path, *args: str) -> str:
 
 
 def sql(stack: Stack, query: str, log: Path) -> list[dict]:
-    result = subprocess.run(
-        [str(Path(sys.executable).parent / "backfill-assets"), "sql", query, "--format", "jsonl"],
-        env=stack.env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    result = real_processes.cli(stack.env, "sql", query, "--format", "jsonl", timeout=600)
     log.write_text(result.stderr)
     assert result.returncode == 0, result.stdout + result.stderr[-4000:]
     return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]

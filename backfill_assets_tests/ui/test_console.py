@@ -16,7 +16,6 @@ Screenshots: on failure into ``var/test-artifacts/ui``; with ``UPDATE_SCREENSHOT
 from __future__ import annotations
 
 import os
-import sys
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,7 +29,8 @@ from backfill_assets.release import keys
 from backfill_assets.settings import PARTITIONS_END_ENV as ENV_END
 from backfill_assets.settings import PARTITIONS_START_ENV as ENV_START
 from backfill_assets.settings import PROJECT_ROOT
-from backfill_assets_tests.stack.servers import Processes, free_port
+from backfill_assets_dev.stack.servers import Processes, free_port
+from backfill_assets_tests.helpers.processes import bin_of, start_daemon
 
 FIRST, LAST, BAD = "2026-11-20T00", "2026-11-20T05", "2026-11-20T03"
 # An operator's reason that spells HTML, a heading, a table row and a link: shown as text
@@ -97,10 +97,6 @@ def console(run_release, make_backups, instance, tmp_path) -> Iterator[Console]:
         yield Console(url, env, processes, tmp_path)
     finally:
         processes.stop_all()
-
-
-def bin_of(name: str) -> str:
-    return str(Path(sys.executable).with_name(name))
 
 
 def picture(page, name: str) -> None:
@@ -217,13 +213,7 @@ def test_an_operator_reads_each_hours_checks_and_the_report_then_launches_a_rele
 
     # Dagster's daemon runs it (a run of its own, in a process of its own); the form's
     # answers are the run's tags
-    daemon = console.processes.start(
-        "dagster-daemon",
-        [bin_of("dagster-daemon"), "run", "-w", WORKSPACE],
-        log=console.logs / "daemon.log",
-        env=console.env,
-        cwd=PROJECT_ROOT,
-    )
+    daemon = start_daemon(console.processes, console.env, console.logs / "daemon.log")
 
     def finished() -> bool:
         runs = instance.get_runs(dg.RunsFilter(tags={"dagster/backfill": backfill.backfill_id}))

@@ -11,11 +11,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import write_backup_folder
 from pyspark.sql import functions as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from hostile import (
+from backfill_assets.core.backups import screen
+from backfill_assets.core.backups.inventory import take_inventory
+from backfill_assets.core.backups.reader import read_folders
+from backfill_assets.core.backups.store import LocalBackupStore
+from backfill_assets.defs.checks.raw import reconcile
+from backfill_assets.settings import ReadLimits
+from backfill_assets_tests.helpers.backups import write_backup_folder
+from backfill_assets_tests.helpers.hostile import (
     BOMB_HOUR,
     CLEAN_HOUR,
     HOURS,
@@ -29,13 +34,6 @@ from hostile import (
     payload_line,
     zstd_bomb,
 )
-
-from backfill_assets.core.backups import screen
-from backfill_assets.core.backups.inventory import take_inventory
-from backfill_assets.core.backups.reader import read_folders
-from backfill_assets.core.backups.store import LocalBackupStore
-from backfill_assets.defs.checks.raw import reconcile
-from backfill_assets.settings import ReadLimits
 
 LIMITS = ReadLimits()
 

@@ -12,7 +12,6 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import write_backup_folder, zst
 
 from backfill_assets.cli.main import main
 from backfill_assets.core.backups.inventory import take_inventory
@@ -20,6 +19,7 @@ from backfill_assets.core.backups.store import LocalBackupStore
 from backfill_assets.core.hours import hour_range
 from backfill_assets.core.reconcile.findings import BACKUP_PROBLEM, MISSING_HOUR
 from backfill_assets.defs.checks.raw import reconcile as check_reconcile
+from backfill_assets_tests.helpers.backups import write_backup_folder, zst
 
 DAY = "2026-11-20"
 LINE = json.dumps({"payload_id": "p"})

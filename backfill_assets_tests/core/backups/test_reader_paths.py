@@ -6,21 +6,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import write_backup_folder, zst
 from pyspark.sql import functions as F
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from corpus import CLIENT_ID, HOUR, edge_lines, fuzz_lines
 
 from backfill_assets.core.backups.inventory import take_inventory
 from backfill_assets.core.backups.parsed_rows import COLUMNS
 from backfill_assets.core.backups.reader import read_folders
 from backfill_assets.core.backups.spark_contract import UNDECIDED, judge
 from backfill_assets.core.backups.store import LocalBackupStore
+from backfill_assets_tests.helpers.backups import write_backup_folder, zst
+from backfill_assets_tests.helpers.corpus import CLIENT_ID, HOUR, edge_lines, fuzz_lines
 
 
 class FetchingStore(LocalBackupStore):

@@ -13,12 +13,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from corpus import CLIENT_ID, HOUR_START_MS, edge_lines, fuzz_lines
 from pyspark.sql import functions as F
 
 from backfill_assets.core.backups import contract
 from backfill_assets.core.backups.spark_contract import UNDECIDED, judge
 from backfill_assets_dev.generator import generate_backups
+from backfill_assets_tests.helpers.corpus import CLIENT_ID, HOUR_START_MS, edge_lines, fuzz_lines
 
 TYPED = (
     "payload_id",

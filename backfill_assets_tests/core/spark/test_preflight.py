@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import select
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -21,8 +20,7 @@ import pytest
 
 from backfill_assets.cli.main import main
 from backfill_assets.core.spark import preflight
-
-BIN = Path(sys.executable).parent / "backfill-assets"
+from backfill_assets_tests.helpers.processes import cli, kill_group, start_in_group
 
 
 def _env(tmp_path: Path, **paths: Path | str) -> dict[str, str]:
@@ -38,9 +36,7 @@ def _env(tmp_path: Path, **paths: Path | str) -> dict[str, str]:
 
 
 def _cli(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(BIN), *argv], env=env, capture_output=True, text=True, timeout=120, check=False
-    )
+    return cli(env, *argv, timeout=120, check=False)
 
 
 @pytest.fixture
@@ -135,7 +131,7 @@ def test_a_metastore_held_by_another_process_is_named_and_released_when_it_dies(
     env = {**_env(tmp_path), "JAVA_HOME": os.environ.get("JAVA_HOME", "")}
     if not env["JAVA_HOME"]:
         del env["JAVA_HOME"]
-    holder = subprocess.Popen(
+    holder = start_in_group(
         [
             sys.executable,
             "-c",
@@ -152,7 +148,6 @@ def test_a_metastore_held_by_another_process_is_named_and_released_when_it_dies(
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
-        start_new_session=True,
     )
     try:
         assert holder.stdout.readline().strip() == "ready"
@@ -171,8 +166,7 @@ def test_a_metastore_held_by_another_process_is_named_and_released_when_it_dies(
         jvm = int(line.split(" by PID ", 1)[1].split(",", 1)[0])
         jvm_exit = os.pidfd_open(jvm)  # readable once the JVM has exited
     finally:
-        os.killpg(holder.pid, signal.SIGKILL)
-        holder.wait(timeout=60)
+        kill_group(holder, timeout=60)
     try:
         assert select.select([jvm_exit], [], [], 60)[0], f"JVM {jvm} still alive"
     finally:

@@ -2,7 +2,6 @@
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import dagster as dg
@@ -16,6 +15,7 @@ from backfill_assets.core.spark.session import (
     unresolved_variables,
 )
 from backfill_assets.settings import PROJECT_ROOT, Settings
+from backfill_assets_tests.helpers.processes import bin_of
 
 PRODUCTION_VARIABLES = (
     "SPARK_MASTER",
@@ -95,9 +95,8 @@ def test_code_location_loads_in_production_without_spark_variables(tmp_path: Pat
         "DAGSTER_HOME": str(tmp_path),
         "DAGSTER_DISABLE_TELEMETRY": "1",
     }
-    dagster = Path(sys.executable).parent / "dagster"
     result = subprocess.run(
-        [str(dagster), "definitions", "validate", "-m", "backfill_assets.definitions"],
+        [bin_of("dagster"), "definitions", "validate", "-m", "backfill_assets.definitions"],
         env=env,
         capture_output=True,
         text=True,

@@ -23,7 +23,8 @@ from backfill_assets.core.warehouse import audit, erasure
 from backfill_assets.definitions import build_definitions
 from backfill_assets.defs.publish.erase import ERASE_JOB, ERASE_OP
 from backfill_assets.release import state
-from backfill_assets_tests.conftest import end_backfill, execute_release, write_backup_folder, zst
+from backfill_assets_tests.helpers.backups import write_backup_folder, zst
+from backfill_assets_tests.helpers.releases import end_backfill, execute_release
 
 FIRST, LAST = "2026-11-20T00", "2026-11-20T02"
 CUT = "2026-11-20T01"

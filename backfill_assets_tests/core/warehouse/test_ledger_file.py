@@ -33,8 +33,8 @@ from backfill_assets.core.warehouse.tables import partition_locations
 from backfill_assets.definitions import build_definitions
 from backfill_assets.defs.sensors.reconciliation import ledger_refusal
 from backfill_assets_dev.generator import generate_backups
-from backfill_assets_tests.conftest import empty_warehouse, execute_release
-from backfill_assets_tests.real_backfill import cli_env, cli_together
+from backfill_assets_tests.helpers.processes import cli_env, cli_together
+from backfill_assets_tests.helpers.releases import empty_warehouse, execute_release
 
 START = "2026-11-20T00"
 TABLES = publisher.published_tables(list(LAYERS.values()))

@@ -9,62 +9,14 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from backfill_assets.core.warehouse import audit, publisher
-
-HOLDER = """
-import sys
-from backfill_assets.core.warehouse import database
-with database.fence(sys.argv[1], ["raw"]):
-    print("fenced", flush=True)
-    sys.stdin.readline()
-print("released", flush=True)
-"""
-
-WAITER = """
-import os, sys
-os.environ["BACKFILL_LOCK_TIMEOUT_SECONDS"] = sys.argv[2]
-from backfill_assets.core.warehouse import database
-with database.fence(sys.argv[1], ["raw", "transformed"]):
-    print("fenced", flush=True)
-"""
-
-# A publisher's ledger transaction of the raw layer's two tables, ``n`` times, under the
-# fence as publish_release takes it: prepare rows (opening the transaction on each table),
-# then the commit rows (closing it).
-PUBLISHER = """
-import sys, uuid
-from backfill_assets.core.warehouse import database, ledger
-warehouse, name, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-sys.stdin.readline()
-for i in range(n):
-    with database.fence(warehouse, ["raw"]):
-        txn = uuid.uuid4().hex
-        events = [
-            ledger.event(t, "2026-11-20T00", ledger.PUBLISH, {"backfill_id": name}, name,
-                         version=str(i), previous_location=None, new_location=f"{name}/{i}",
-                         row_count=1, checksum=None, code_version=None, txn_id=txn)
-            for t in ("raw.payloads", "raw.quarantine")
-        ]
-        ledger._open(warehouse, txn, events)
-        ledger._close(warehouse, txn, ledger.stamp(events, ledger.COMMIT))
-print("done", flush=True)
-"""
-
-
-def _python(code: str, *args: str, stdin: int | None = None) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-c", code, *args],
-        stdin=stdin,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+from backfill_assets_tests.helpers.fence import HOLDER, PUBLISHER, WAITER
+from backfill_assets_tests.helpers.processes import start_python
 
 
 @pytest.fixture
@@ -72,7 +24,7 @@ def holder(tmp_path: Path, monkeypatch) -> Iterator[tuple[subprocess.Popen, str]
     """A process holding the publish fence of layer raw, until told to release it."""
     monkeypatch.delenv("BACKFILL_LEDGER_URL", raising=False)
     warehouse = str(tmp_path / "data" / "warehouse")
-    process = _python(HOLDER, warehouse, stdin=subprocess.PIPE)
+    process = start_python(HOLDER, warehouse, stdin=subprocess.PIPE)
     assert process.stdout is not None and process.stdout.readline().strip() == "fenced"
     yield process, warehouse
     if process.poll() is None:
@@ -82,7 +34,7 @@ def holder(tmp_path: Path, monkeypatch) -> Iterator[tuple[subprocess.Popen, str]
 
 def test_a_second_holder_fails_after_the_timeout_naming_the_layer(holder) -> None:
     _, warehouse = holder
-    waiter = _python(WAITER, warehouse, "0.3")
+    waiter = start_python(WAITER, warehouse, "0.3")
     out, err = waiter.communicate(timeout=60)
     assert waiter.returncode != 0 and out == ""
     assert "FenceTimeout: layer 'raw' is being published or rolled back by another run" in err
@@ -91,7 +43,7 @@ def test_a_second_holder_fails_after_the_timeout_naming_the_layer(holder) -> Non
 
 def test_a_second_holder_goes_on_once_the_first_releases(holder) -> None:
     process, warehouse = holder
-    waiter = _python(WAITER, warehouse, "120")
+    waiter = start_python(WAITER, warehouse, "120")
     process.stdin.write("release\n")
     process.stdin.flush()
     assert process.stdout.readline().strip() == "released"
@@ -103,7 +55,7 @@ def test_a_killed_holder_leaves_no_stale_fence(holder) -> None:
     process, warehouse = holder
     process.send_signal(signal.SIGKILL)
     process.wait()
-    waiter = _python(WAITER, warehouse, "30")
+    waiter = start_python(WAITER, warehouse, "30")
     out, err = waiter.communicate(timeout=60)
     assert (out.strip(), waiter.returncode) == ("fenced", 0), err
 
@@ -129,7 +81,7 @@ def test_two_publishers_of_a_layer_at_once_never_interleave_in_the_ledger(
 ) -> None:
     monkeypatch.delenv("BACKFILL_LEDGER_URL", raising=False)
     warehouse = str(tmp_path / "data" / "warehouse")
-    runs = [_python(PUBLISHER, warehouse, name, "25", stdin=subprocess.PIPE) for name in "AB"]
+    runs = [start_python(PUBLISHER, warehouse, name, "25", stdin=subprocess.PIPE) for name in "AB"]
     for run in runs:  # both start at once
         run.stdin.write("go\n")
         run.stdin.flush()

@@ -10,19 +10,22 @@ the Python reference's.
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
 from pathlib import Path
 
 import zstandard
-from conftest import write_backup_folder
 from pyspark.sql import functions as F
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "core" / "backups"))
-from corpus import CLIENT_ID, HOUR, HOUR_START_MS, edge_lines, fuzz_lines
 
 from backfill_assets.core.backups import contract
 from backfill_assets.defs.layers.raw import MANIFEST_RECONCILIATION
+from backfill_assets_tests.helpers.backups import write_backup_folder
+from backfill_assets_tests.helpers.corpus import (
+    CLIENT_ID,
+    HOUR,
+    HOUR_START_MS,
+    edge_lines,
+    fuzz_lines,
+)
 
 
 def _frame(lines: list[bytes], streaming: bool) -> bytes:

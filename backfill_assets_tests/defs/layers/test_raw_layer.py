@@ -6,7 +6,6 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from conftest import read_tree_lines, write_backup_folder, zst
 from pyspark.sql import functions as F
 
 from backfill_assets.core import tags
@@ -24,6 +23,7 @@ from backfill_assets.defs.layers.raw import (
     SHADOW_PAYLOADS,
 )
 from backfill_assets_dev.generator.truth import read_truth_folders
+from backfill_assets_tests.helpers.backups import read_tree_lines, write_backup_folder, zst
 
 FIRST, LAST = "2026-11-20T00", "2026-11-20T03"
 HOURS = hour_range(FIRST, LAST)

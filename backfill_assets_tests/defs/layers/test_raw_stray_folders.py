@@ -7,11 +7,11 @@ holds back every hour of its date (the folder's lines could be any of them), nam
 from __future__ import annotations
 
 import dagster as dg
-from conftest import zst
 from pyspark.sql import functions as F
 
 from backfill_assets.core.warehouse import audit
 from backfill_assets.defs.layers.raw import MANIFEST_RECONCILIATION
+from backfill_assets_tests.helpers.backups import zst
 
 FIRST, LAST = "2026-11-20T00", "2026-11-20T01"
 STRAY = "raw/date=2026-11-20/hour=24"

@@ -15,7 +15,6 @@ from pathlib import Path
 import dagster as dg
 import numpy as np
 import pytest
-from conftest import ReleaseResult, empty_warehouse, execute_release, read_tree_lines
 from pyspark.sql import functions as F
 
 from backfill_assets.cli.main import main
@@ -32,6 +31,8 @@ from backfill_assets.definitions import build_definitions
 from backfill_assets.defs.layers import aggregated, transformed
 from backfill_assets_dev.generator import generate_backups
 from backfill_assets_dev.generator.truth import read_truth_payloads, read_truth_sessions, sessionize
+from backfill_assets_tests.helpers.backups import read_tree_lines
+from backfill_assets_tests.helpers.releases import ReleaseResult, empty_warehouse, execute_release
 
 START, HOURS = "2026-11-20T00", 15
 RECEIVED = hour_range(START, shift_hour(START, HOURS - 1))  # 00..14

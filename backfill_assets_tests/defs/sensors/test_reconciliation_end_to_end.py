@@ -18,7 +18,6 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from conftest import ReleaseResult, empty_warehouse, end_backfill, execute_release
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -42,6 +41,12 @@ from backfill_assets.release.report import build_report
 from backfill_assets.settings import Settings
 from backfill_assets_dev import expected
 from backfill_assets_dev.generator import generate_backups, land_held_back
+from backfill_assets_tests.helpers.releases import (
+    ReleaseResult,
+    empty_warehouse,
+    end_backfill,
+    execute_release,
+)
 
 FIRST, LAST = "2026-11-20T00", "2026-11-20T03"
 LATE = "2026-11-20T01"  # client 2's folder of this hour lands after the live run

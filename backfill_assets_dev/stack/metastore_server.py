@@ -5,7 +5,7 @@
 until it is killed. ``HiveMetaStore -p`` binds every interface and has no bind-address
 setting in Hive 2.3, so this builds the same Thrift server (handler, processor, thread
 pool) through py4j, on a socket bound to 127.0.0.1. The schema must exist first
-(DataNucleus SchemaTool, see ``stack.create_metastore_schema``).
+(DataNucleus SchemaTool, see ``servers.create_metastore_schema``).
 """
 
 from __future__ import annotations

@@ -2,12 +2,15 @@
 
 ``Processes`` starts every server in its own process group (``start_new_session``) and
 records it; ``stop_all`` terminates each group (SIGTERM, then SIGKILL after a bounded
-wait), newest first. Readiness is polled (a port accepts connections, a log line appears)
-with a deadline, never slept for.
+wait), newest first; ``stopped_at_exit`` stops them also when this process is terminated
+(SIGTERM) or exits without unwinding. Readiness is polled (a port accepts connections, a
+log line appears) with a deadline, never slept for. The stack tests
+(``backfill_assets_tests/stack``) and the scale benchmark (``bench_scale``) use them.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import glob
 import os
@@ -18,7 +21,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -146,6 +149,25 @@ class Processes:
     def stop_all(self) -> None:
         while self.servers:
             self.stop(self.servers.pop())
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+@contextlib.contextmanager
+def stopped_at_exit(processes: Processes) -> Iterator[Processes]:
+    """``processes`` stopped (``stop_all``) when the block ends, also when this process is
+    terminated (SIGTERM: raised as KeyboardInterrupt in the block) or exits without
+    unwinding (``atexit``)."""
+    atexit.register(processes.stop_all)
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        yield processes
+    finally:
+        processes.stop_all()
+        signal.signal(signal.SIGTERM, previous)
+        atexit.unregister(processes.stop_all)
 
 
 def postgres_bindir() -> Path:

@@ -1,7 +1,7 @@
 """Scale on the production stack: the same release with one executor core and with two,
 backups and warehouse on S3 and on local disk.
 
-``python -m backfill_assets_tests.stack.bench_scale [--payloads N] [--hours H]
+``python -m backfill_assets_dev.stack.bench_scale [--payloads N] [--hours H]
 [--clients C] [--rounds R] [--keep DIR]`` (``make bench-stack``) starts the stack's servers
 as the stack test does (``servers``: Postgres, a Hive metastore service per storage, S3 on
 moto, a Spark standalone master with two workers of one core each; all on 127.0.0.1,
@@ -22,11 +22,9 @@ other work on the machine changes least.
 from __future__ import annotations
 
 import argparse
-import atexit
 import json
 import os
 import shutil
-import signal
 import statistics
 import sys
 import tempfile
@@ -34,8 +32,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from backfill_assets.settings import PROJECT_ROOT, Settings
-from backfill_assets_tests.stack import servers
-from backfill_assets_tests.stack.conftest import (
+from backfill_assets_dev.stack import servers
+from backfill_assets_dev.stack.production import (
     AWS,
     BUCKET,
     LOG_BUCKET,
@@ -67,10 +65,6 @@ class Round:
     @property
     def setup(self) -> tuple[str, int]:
         return self.storage, self.cores
-
-
-def _terminate(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _conf_dir(root: Path, cores: int, events: Path) -> Path:
@@ -283,15 +277,11 @@ def main(argv: list[str] | None = None) -> int:
     base.update(AWS, PYSPARK_PYTHON=sys.executable)
     summary = _generate(root, args)
     print(f"tree: {summary.lines:,} lines, {summary.files} files, {args.hours} h", flush=True)
-    processes = servers.Processes()
-    atexit.register(processes.stop_all)
-    previous = signal.signal(signal.SIGTERM, _terminate)
     try:
-        setups = start_servers(processes, root, base)
-        results = run_rounds(processes, root, setups, args.rounds, args.hours)
+        with servers.stopped_at_exit(servers.Processes()) as processes:
+            setups = start_servers(processes, root, base)
+            results = run_rounds(processes, root, setups, args.rounds, args.hours)
     finally:
-        processes.stop_all()
-        signal.signal(signal.SIGTERM, previous)
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
     table = report(results, summary.lines)
