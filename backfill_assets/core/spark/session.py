@@ -166,7 +166,8 @@ def start_session(config: Mapping[str, str], data_root: str | None = None) -> Sp
     resolved here from this process's environment, so a missing variable fails naming it).
 
     Before a JVM starts, ``data_root`` (when given) is checked by
-    ``preflight.before_spark`` (``PreflightError``: an unwritable ``DATA_ROOT``, a metastore held by another process).
+    ``preflight.before_spark`` (``PreflightError``: an unwritable ``DATA_ROOT``, a
+    metastore held by another process).
     Python workers run the driver's interpreter (the project's virtualenv) unless
     ``PYSPARK_PYTHON`` says otherwise, as on a cluster image.
     """
