@@ -8,14 +8,14 @@ from backfill_assets.defs.checks.aggregated import aggregated_checks
 from backfill_assets.defs.checks.published import published_checks
 from backfill_assets.defs.checks.raw import raw_checks
 from backfill_assets.defs.checks.transformed import transformed_checks
+from backfill_assets.defs.jobs.cancel import record_cancellation_job
+from backfill_assets.defs.jobs.erase import erase_job
+from backfill_assets.defs.jobs.rollback import rollback_release_job
+from backfill_assets.defs.jobs.vacuum import build_vacuum_schedule, vacuum_job
 from backfill_assets.defs.layers.aggregated import aggregated_shadow
 from backfill_assets.defs.layers.raw import raw_shadow
 from backfill_assets.defs.layers.transformed import transformed_shadow
-from backfill_assets.defs.publish.assets import publish_release, published_tables
-from backfill_assets.defs.publish.cancel import record_cancellation_job
-from backfill_assets.defs.publish.erase import erase_job
-from backfill_assets.defs.publish.rollback import rollback_release_job
-from backfill_assets.defs.publish.vacuum import build_vacuum_schedule, vacuum_job
+from backfill_assets.defs.publish import publish_release, published_tables
 from backfill_assets.defs.resources import build_resources
 from backfill_assets.defs.sensors.reconciliation import build_reconciliation_sensor
 from backfill_assets.settings import Settings

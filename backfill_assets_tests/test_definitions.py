@@ -11,9 +11,9 @@ import yaml
 from backfill_assets.core.tags import PUBLISH_POOL
 from backfill_assets.definitions import build_definitions
 from backfill_assets.defs.checks.published import RELEASE_GATE
+from backfill_assets.defs.jobs.vacuum import SCHEDULE_ENV, VACUUM_JOB, VACUUM_SCHEDULE
 from backfill_assets.defs.partitions import hourly_partitions_def
-from backfill_assets.defs.publish.assets import PUBLISH
-from backfill_assets.defs.publish.vacuum import SCHEDULE_ENV, VACUUM_JOB, VACUUM_SCHEDULE
+from backfill_assets.defs.publish import PUBLISH
 from backfill_assets.settings import PROJECT_ROOT
 from backfill_assets_tests.helpers.processes import bin_of
 

@@ -80,7 +80,7 @@ def run_cancel(args: argparse.Namespace) -> int:
 
     from backfill_assets.cli.backfill import _context, _follow
     from backfill_assets.core import tags
-    from backfill_assets.defs.publish.cancel import CANCEL_JOB
+    from backfill_assets.defs.jobs.cancel import CANCEL_JOB
     from backfill_assets.release import launch
 
     try:

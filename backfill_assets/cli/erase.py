@@ -59,7 +59,7 @@ def run_erase(args: argparse.Namespace) -> int:
 
     from backfill_assets.cli.backfill import run_job
     from backfill_assets.core import tags
-    from backfill_assets.defs.publish.erase import ERASE_JOB, ERASE_OP
+    from backfill_assets.defs.jobs.erase import ERASE_JOB, ERASE_OP
 
     return run_job(
         args,

@@ -37,7 +37,7 @@ def run_rollback(args: argparse.Namespace) -> int:
     from backfill_assets.core import tags
     from backfill_assets.core.hours import InvalidHourError, parse_hour
     from backfill_assets.core.names import LAYERS
-    from backfill_assets.defs.publish.rollback import ROLLBACK_JOB
+    from backfill_assets.defs.jobs.rollback import ROLLBACK_JOB
     from backfill_assets.release import launch
 
     if args.layer not in LAYERS:

@@ -43,7 +43,7 @@ def validate(args: argparse.Namespace) -> None:
 def run_vacuum(args: argparse.Namespace) -> int:
     from backfill_assets.cli.backfill import run_job
     from backfill_assets.core import tags
-    from backfill_assets.defs.publish.vacuum import VACUUM_JOB, VACUUM_OP
+    from backfill_assets.defs.jobs.vacuum import VACUUM_JOB, VACUUM_OP
 
     note = " (dry run)" if args.dry_run else ""
     return run_job(
@@ -52,7 +52,7 @@ def run_vacuum(args: argparse.Namespace) -> int:
 
 
 def vacuum_config(args: argparse.Namespace) -> dict:
-    """The vacuum op's config (``defs.publish.vacuum.VacuumConfig``) from the arguments."""
+    """The vacuum op's config (``defs.jobs.vacuum.VacuumConfig``) from the arguments."""
     return {
         "dry_run": bool(args.dry_run),
         "max_age_days": float(args.max_age_days),

@@ -1,5 +1,5 @@
 """A cancelled release as the instance records it: the observation of ``release/publish``
-that ``defs.publish.cancel`` logs, and the line the report and the CLI print."""
+that ``defs.jobs.cancel`` logs, and the line the report and the CLI print."""
 
 from __future__ import annotations
 

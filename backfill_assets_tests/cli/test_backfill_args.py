@@ -89,7 +89,7 @@ def test_vacuum_arguments_are_a_valid_config_of_the_vacuum_job(base_settings):
 
     from backfill_assets.cli.vacuum import register, vacuum_config
     from backfill_assets.definitions import build_definitions
-    from backfill_assets.defs.publish.vacuum import VACUUM_JOB, VACUUM_OP
+    from backfill_assets.defs.jobs.vacuum import VACUUM_JOB, VACUUM_OP
 
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers())

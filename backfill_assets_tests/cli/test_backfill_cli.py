@@ -18,7 +18,7 @@ import pytest
 from backfill_assets.core import tags
 from backfill_assets.core.backups.store import LocalBackupStore
 from backfill_assets.definitions import build_definitions
-from backfill_assets.defs.publish.assets import PUBLISH
+from backfill_assets.defs.publish import PUBLISH
 from backfill_assets.defs.sensors.reconciliation import SENSOR_NAME
 from backfill_assets.release.holds import HELD_BY, in_flight
 from backfill_assets.release.instance import get_instance

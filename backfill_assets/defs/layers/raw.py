@@ -12,11 +12,7 @@ from backfill_assets.core.backups.store import BackupStore
 from backfill_assets.core.layers import raw as core_raw
 from backfill_assets.core.layers import rules
 from backfill_assets.core.layers.schemas import RawPayloadSchema
-from backfill_assets.core.layers.shadow_stats import (
-    Measured,
-    added_groups,
-    stats_of,
-)
+from backfill_assets.core.layers.shadow_stats import Measured, added_groups, stats_of
 from backfill_assets.core.names import (
     BACKUP_PROBLEMS,
     ERASED_LINES,

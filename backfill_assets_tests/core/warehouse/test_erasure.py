@@ -21,7 +21,7 @@ from backfill_assets.core.names import LAYERS
 from backfill_assets.core.reconcile.findings import COUNT_MISMATCH, ReconcileConfig
 from backfill_assets.core.warehouse import audit, erasure
 from backfill_assets.definitions import build_definitions
-from backfill_assets.defs.publish.erase import ERASE_JOB, ERASE_OP
+from backfill_assets.defs.jobs.erase import ERASE_JOB, ERASE_OP
 from backfill_assets.release import state
 from backfill_assets_tests.helpers.backups import write_backup_folder, zst
 from backfill_assets_tests.helpers.releases import end_backfill, execute_release

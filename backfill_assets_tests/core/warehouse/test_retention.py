@@ -13,7 +13,7 @@ from backfill_assets.core.names import LAYERS
 from backfill_assets.core.warehouse import audit, publisher, retention
 from backfill_assets.core.warehouse.tables import partition_locations
 from backfill_assets.definitions import build_definitions
-from backfill_assets.defs.publish.vacuum import VACUUM_JOB, VACUUM_OP
+from backfill_assets.defs.jobs.vacuum import VACUUM_JOB, VACUUM_OP
 
 FIRST, LAST = "2026-11-20T00", "2026-11-20T01"
 RAW = [LAYERS["raw"]]
