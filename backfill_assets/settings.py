@@ -267,9 +267,9 @@ def env_int(env: Mapping[str, str], name: str, default: int, minimum: int) -> in
     try:
         value = int(text)
     except ValueError:
-        raise SettingsError(f"{name}={text!r}: expected a whole number") from None
+        raise SettingsError(f"{name}={text!r} is not a whole number") from None
     if value < minimum:
-        raise SettingsError(f"{name}={value}: expected {minimum} or more")
+        raise SettingsError(f"{name}={value} must be at least {minimum}")
     return value
 
 

@@ -26,7 +26,13 @@ def test_s3_store_lists_reads_and_fetches_like_the_local_tree(
     client = servers.s3_client(s3_endpoint, AWS)
     servers.upload_tree(client, root / "raw", "store-test", "a/b/raw")
     local = LocalBackupStore(root=str(root))
-    s3 = S3BackupStore(root="s3://store-test/a/b", s3=S3Resource(endpoint_url=s3_endpoint))
+    resource = S3Resource(endpoint_url=s3_endpoint)  # the client the code location hands it
+    s3 = S3BackupStore(
+        root="s3://store-test/a/b",
+        client_factory=resource.get_client,
+        endpoint_url=resource.endpoint_url,
+        region=resource.region_name,
+    )
     hours = hour_range("2026-11-20T00", "2026-11-20T02")  # the last hour has no folder
     assert s3.list_dir("raw/date=2026-11-20") == local.list_dir("raw/date=2026-11-20")
     assert s3.list_dir("raw/date=2026-11-21") == []

@@ -162,11 +162,11 @@ def test_distinct_session_hours_keep_the_copy_the_deduplication_keeps(spark):
     """One window over the payloads chooses, per session hour, the copy that a window over
     the copies (``transformed.deduplicate``) would: deliveries across received hours, a
     later one that orders first (earlier event time, same received_at), exact ties."""
+    from backfill_assets.core.layers import transformed
     from backfill_assets.core.layers.sessions import (
         assign_distinct_session_hours,
         assign_session_hours,
     )
-    from backfill_assets.defs.layers import transformed
 
     rows = [
         payload("d1", "a", "2026-11-20T05:00:00", "2026-11-20T04:10:00", kind="click"),

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dagster_aws.s3 import S3Resource
-
 from backfill_assets.core.backups.store import S3BackupStore
 from backfill_assets.core.spark.session import S3A_COMMITTER_CONF, spark_config
 from backfill_assets.defs.resources import BACKUPS, build_resources
@@ -77,5 +75,5 @@ def test_backups_on_s3_are_opened_by_spark_through_s3a(tmp_path: Path):
         rel = "raw/date=2026-11-20/hour=00/client_id=1/part-0.jsonl.zst"
         scheme = "s3a" if reads else "s3"
         assert store.spark_path(rel) == f"{scheme}://backups/tree/{rel}"
-    plain = S3BackupStore(root="s3://b/p", s3=S3Resource())
+    plain = S3BackupStore(root="s3://b/p")
     assert plain.spark_path("x") == "s3://b/p/x"
