@@ -22,6 +22,7 @@ from backfill_assets.core.layers.digests import (
     id_hashes,
 )
 from backfill_assets.core.layers.schemas import TransformedPayloadSchema
+from backfill_assets.core.layers.upstream import resolve_upstream
 from backfill_assets.defs.checks import common
 from backfill_assets.defs.layers.raw import SHADOW_PAYLOADS as RAW_SHADOW
 from backfill_assets.defs.layers.transformed import (
@@ -31,7 +32,6 @@ from backfill_assets.defs.layers.transformed import (
     SHADOW_PAYLOADS,
     SOURCE_TABLE,
 )
-from backfill_assets.defs.resources.io_managers import resolve_upstream
 from backfill_assets.defs.resources.warehouse import Warehouse
 from backfill_assets.release.keys import table_name
 

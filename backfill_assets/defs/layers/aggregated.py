@@ -37,6 +37,7 @@ from backfill_assets.core.layers.sessions import (
     whole_sessions,
 )
 from backfill_assets.core.layers.shadow_stats import WithRules
+from backfill_assets.core.layers.upstream import PartialWindow, UpstreamGap, unwrap
 from backfill_assets.core.names import AGGREGATED
 from backfill_assets.core.warehouse.publisher import SOURCE_OUTSIDE, provisional_note
 from backfill_assets.core.windows import LOOKAHEAD_HOURS, LOOKBACK_HOURS, received_window
@@ -51,7 +52,6 @@ from backfill_assets.defs.layers.common import (
     with_lineage,
 )
 from backfill_assets.defs.partitions import hourly_partitions
-from backfill_assets.defs.resources.io_managers import PartialWindow, UpstreamGap, unwrap
 from backfill_assets.defs.resources.launch_form import LaunchForm
 from backfill_assets.release.holds import refuse_if_held
 from backfill_assets.release.keys import table_key

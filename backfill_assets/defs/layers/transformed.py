@@ -12,6 +12,7 @@ from backfill_assets.core.layers import transformed as core_transformed
 from backfill_assets.core.layers.digests import id_digest_columns
 from backfill_assets.core.layers.schemas import TransformedPayloadSchema
 from backfill_assets.core.layers.shadow_stats import WithRules
+from backfill_assets.core.layers.upstream import UpstreamGap
 from backfill_assets.core.names import TRANSFORMED
 from backfill_assets.defs.layers import raw
 from backfill_assets.defs.layers.common import (
@@ -23,7 +24,6 @@ from backfill_assets.defs.layers.common import (
     with_lineage,
 )
 from backfill_assets.defs.partitions import hourly_partitions
-from backfill_assets.defs.resources.io_managers import UpstreamGap
 from backfill_assets.defs.resources.launch_form import LaunchForm
 from backfill_assets.release.holds import refuse_if_held
 from backfill_assets.release.keys import table_key

@@ -20,68 +20,37 @@ built on a held-back hour and refuse a release whose published inputs changed si
 """
 
 import time
-from dataclasses import dataclass, field
 
 import dagster as dg
 from dagster_pyspark import LazyPySparkResource
 from py4j.protocol import Py4JJavaError
 from pydantic import Field
 from pyspark.errors import PySparkException
-from pyspark.sql import DataFrame, SparkSession, Window
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame, SparkSession
 
 from backfill_assets.core import tags
 from backfill_assets.core.backups.inventory import backup_bounds
 from backfill_assets.core.backups.store import BackupStore
 from backfill_assets.core.errors import cause_line
-from backfill_assets.core.hours import parse_hour
+from backfill_assets.core.layers.shadow_io import (
+    PLAIN_ENCODED_COLUMNS,
+    ShadowVersion,
+    shadow_root,
+    write_shadow,
+)
 from backfill_assets.core.layers.shadow_stats import (
     Measured,
-    Stats,
     WithRules,
-    partition_stats,
-    stats_and_rules,
 )
+from backfill_assets.core.layers.upstream import PartialWindow, UpstreamGap, resolve_upstream
 from backfill_assets.core.names import ROWS
 from backfill_assets.core.warehouse import audit
-from backfill_assets.core.warehouse.publisher import (
-    SOURCE_EMPTY,
-    SOURCE_OUTSIDE,
-    SOURCE_PUBLISHED,
-    SOURCE_RELEASE,
-    SOURCE_UNAVAILABLE,
-)
 from backfill_assets.core.warehouse.tables import (
-    ensure_table,
-    location,
-    partition_locations,
-    register_partitions,
     run_id,
-    split_table,
 )
 from backfill_assets.defs.resources.spark import usage_metadata
 from backfill_assets.release.instance import run_tags as tags_of_run
 from backfill_assets.release.keys import table_name
-
-SHADOW_PARTITION_COLUMNS = ["hour", "version"]
-# Columns of nearly one value per row (ids, millisecond timestamps): Parquet's dictionary
-# only costs there (built up to its size limit, then abandoned for plain encoding). Plain
-# from the start, a day of raw payloads (1.6M rows) is written in 5.1 s instead of 6.4 s
-# (warm) and takes 62 MB instead of 67 MB.
-PLAIN_ENCODED_COLUMNS = (
-    "payload_id",
-    "session_id",
-    "event_time",
-    "received_at",
-    "session_start_at",
-    "session_end_at",
-)
-
-
-def qualify(path: str) -> str:
-    """A location as the metastore reports it (``file:/abs/path`` for local paths)."""
-    return f"file:{path}" if path.startswith("/") else path
-
 
 # Per-partition metadata of a shadow materialization: the hour's rows and checksum.
 CHECKSUM = "checksum"
@@ -118,102 +87,24 @@ class ShadowTableIOManager(dg.ConfigurableIOManager):
     def spark(self) -> SparkSession:
         return self.pyspark.spark_session
 
-    def _root(self, table: str) -> str:
-        _, name = split_table(table)
-        return location(f"{self.warehouse_dir}/shadow/{name}")
-
     def handle_output(
         self, context: dg.OutputContext, obj: "DataFrame | Measured | WithRules"
     ) -> None:
-        """Write the shadow version; a failure of Spark or of the file system ends the step
-        with its cause in words and the table's location (the JVM's stack in the log)."""
+        """Write the shadow version (``core.layers.shadow_io``); a failure of Spark or of the
+        file system ends the step with its cause in words and the table's location."""
         try:
             self._write(context, obj)
         except (Py4JJavaError, PySparkException, OSError) as exc:
             table = table_name(context.asset_key)
-            where = self._root(table)
+            where = shadow_root(self.warehouse_dir, table)
             context.log.error(f"writing {table} under {where} failed: {exc}")
             raise dg.Failure(
                 description=f"{table}: writing the shadow version failed: "
                 f"{cause_line(exc, where)}; nothing of it was published",
             ) from exc
 
-    def _write_parquet(self, obj: DataFrame, version_root: str) -> None:
-        writer = obj.write.mode("overwrite").partitionBy("hour")
-        if version_root.startswith("s3a://"):
-            # S3A's committers cannot overwrite partitions dynamically; the version's folder
-            # is this run's alone (version = run id), so replacing it whole is the same.
-            writer = writer.option("partitionOverwriteMode", "static")
-        for column in self.plain_encoded_columns:
-            if column in obj.columns:
-                writer = writer.option(f"parquet.enable.dictionary#{column}", "false")
-        writer.parquet(version_root)
-
-    def _read_back(
-        self,
-        obj: DataFrame,
-        checked: WithRules | None,
-        table: str,
-        version: str,
-        hours: list[str],
-    ) -> Stats:
-        """The written partitions' stats (and the checked model's rules), from the rows the
-        asset cached if it did, else from the table."""
-        written = (
-            obj
-            if checked is not None and checked.cached
-            else self.spark.table(table).where(
-                (F.col("version") == version) & F.col("hour").isin(hours)
-            )
-        )
-        return (
-            partition_stats(written)
-            if checked is None
-            else stats_and_rules(table, version, written, checked)
-        )
-
-    def _record(
-        self,
-        context: dg.OutputContext,
-        table: str,
-        version: str,
-        version_root: str,
-        hours: list[str],
-        stats: Stats,
-        release: str,
-        code_version: str | None,
-    ) -> None:
-        """Each written partition's rows and checksum in ``audit.shadow_partitions``."""
-        now = audit.now()
-        audit.append(
-            self.spark,
-            self.warehouse_dir,
-            audit.SHADOW_PARTITIONS,
-            [
-                {
-                    "table_name": table,
-                    "hour": h,
-                    "version": version,
-                    "location": qualify(f"{version_root}/hour={h}"),
-                    "row_count": stats.get(h, (0, ""))[0],
-                    "checksum": stats.get(h, (0, "0:0"))[1],
-                    "code_version": stats.get(h, (0, "", None))[2] or code_version,
-                    "run_id": context.run_id,
-                    "written_at": now,
-                    "release_id": release,
-                }
-                for h in hours
-            ],
-        )
-
     def _write(self, context: dg.OutputContext, obj: "DataFrame | Measured | WithRules") -> None:
-        stats, checked = None, None
-        if isinstance(obj, Measured):
-            obj, stats = obj.frame, obj.stats
-        elif isinstance(obj, WithRules):
-            obj, checked = obj.frame, obj
         table = table_name(context.asset_key)
-        version = run_id(context.run_id)
         hours = sorted(context.asset_partition_keys)
         if not hours:
             raise dg.Failure(
@@ -221,24 +112,19 @@ class ShadowTableIOManager(dg.ConfigurableIOManager):
                 f"future, or outside the partitions?); nothing was written",
                 allow_retries=False,
             )
-        for hour in hours:
-            parse_hour(hour)
-        release = tags.release_id(run_tags(context), context.run_id)
-        root = self._root(table)
-        version_root = f"{root}/version={version}"
-        code_version = context.asset_spec.code_version
+        target = ShadowVersion(
+            table=table,
+            version=run_id(context.run_id),
+            hours=hours,
+            release=tags.release_id(run_tags(context), context.run_id),
+            run_id=context.run_id,
+            code_version=context.asset_spec.code_version,
+        )
         started = time.monotonic()
-        ensure_table(
-            self.spark, table, obj.schema.add("version", "string"), SHADOW_PARTITION_COLUMNS, root
+        context.log.info(f"writing {table} version {target.version} for {len(hours)} hour(s)")
+        version_root, stats = write_shadow(
+            self.spark, self.warehouse_dir, obj, target, self.plain_encoded_columns
         )
-        context.log.info(f"writing {table} version {version} for {len(hours)} hour(s)")
-        self._write_parquet(obj, version_root)
-        register_partitions(
-            self.spark, table, {(h, version): f"{version_root}/hour={h}" for h in hours}
-        )
-        if stats is None:  # read back what was written (or its cache): one Spark action
-            stats = self._read_back(obj, checked, table, version, hours)
-        self._record(context, table, version, version_root, hours, stats, release, code_version)
         seconds = time.monotonic() - started
         rows_written = sum(s[0] for s in stats.values())
         context.add_output_metadata(
@@ -246,8 +132,8 @@ class ShadowTableIOManager(dg.ConfigurableIOManager):
                 "table": table,
                 "write_seconds": round(seconds, 2),
                 "rows_per_second": round(rows_written / seconds) if seconds else 0,
-                "version": version,
-                "release_id": release,
+                "version": target.version,
+                "release_id": target.release,
                 "location": dg.MetadataValue.path(version_root),
                 "rows_written": rows_written,
                 **usage_metadata(self.pyspark),
@@ -332,140 +218,3 @@ class ShadowTableIOManager(dg.ConfigurableIOManager):
             return set(), set()
         hours = set(context.asset_partition_keys)
         return {h for h in hours if h < bounds[0]}, {h for h in hours if h > bounds[1]}
-
-
-@dataclass(frozen=True)
-class PartialWindow:
-    """A windowed reader's input where some upstream hours had no data to read (read as
-    empty): ``without_data`` maps each such hour to why (``SOURCE_OUTSIDE``: outside the
-    backups; ``SOURCE_UNAVAILABLE``: neither published nor rebuilt by the release)."""
-
-    frame: DataFrame
-    without_data: dict[str, str]
-
-
-def unwrap(read: "DataFrame | PartialWindow") -> tuple[DataFrame, dict[str, str]]:
-    """The frame of an input and the upstream hours it read without data."""
-    if isinstance(read, PartialWindow):
-        return read.frame, read.without_data
-    return read, {}
-
-
-@dataclass(frozen=True)
-class UpstreamGap:
-    """Upstream hours a build reads that its release did not rebuild, that are not published
-    and not declared empty: the build must not run."""
-
-    verdict: str
-    missing: list[str]
-
-
-@dataclass
-class UpstreamView:
-    """What a downstream build reads of one upstream table, hour by hour."""
-
-    spark: SparkSession
-    upstream: str  # the shadow table
-    published: str  # its published table
-    release_id: str
-    candidates: dict[str, tuple[str, str]]  # hour -> (version, location) of the release
-    live: dict[str, str]  # hour -> published location, for the hours not rebuilt
-    empty: list[str]  # read as empty: declared so, or before the backups' first hour
-    missing: list[str]  # hours neither rebuilt, published nor allowed empty: refused
-    outside: list[str] = field(default_factory=list)  # outside the backups: read as empty
-    unavailable: list[str] = field(default_factory=list)  # a windowed reader's gaps: empty
-
-    @property
-    def without_data(self) -> dict[str, str]:
-        return {
-            **{h: SOURCE_OUTSIDE for h in self.outside},
-            **{h: SOURCE_UNAVAILABLE for h in self.unavailable},
-        }
-
-    @property
-    def frame(self) -> DataFrame:
-        """The rows of every hour, candidates and published alike, without ``version``."""
-        table = self.spark.table(self.upstream)
-        # A literal predicate on the partition columns (one disjunct per version, usually
-        # one), not a join with the (hour, version) pairs: Spark prunes the partitions when
-        # it plans the scan, and no row is shuffled to find its version.
-        hours_of: dict[str, list[str]] = {}
-        for hour, (version, _) in sorted(self.candidates.items()):
-            hours_of.setdefault(version, []).append(hour)
-        chosen = F.lit(False)
-        for version, hours in sorted(hours_of.items()):
-            chosen = chosen | ((F.col("version") == version) & F.col("hour").isin(hours))
-        result = table.where(chosen).drop("version")
-        if self.live:
-            published = self.spark.table(self.published).where(F.col("hour").isin(list(self.live)))
-            result = result.unionByName(published)
-        return result
-
-    def reads(self, reader: str, run: str) -> list[dict]:
-        now = audit.now()
-        rows = [
-            (h, SOURCE_RELEASE, version, location)
-            for h, (version, location) in self.candidates.items()
-        ]
-        rows += [(h, SOURCE_PUBLISHED, None, location) for h, location in self.live.items()]
-        # each stale once something is published there
-        rows += [(h, SOURCE_EMPTY, None, None) for h in self.empty]
-        rows += [(h, source, None, None) for h, source in self.without_data.items()]
-        return [
-            {
-                "release_id": self.release_id,
-                "run_id": run,
-                "reader_table": reader,
-                "upstream_table": self.published,
-                "hour": h,
-                "source": source,
-                "version": version,
-                "location": location,
-                "read_at": now,
-            }
-            for h, source, version, location in sorted(rows)
-        ]
-
-
-def resolve_upstream(
-    spark: SparkSession,
-    upstream: str,
-    published: str,
-    hours: list[str],
-    release_id: str,
-    *,
-    allowed_empty: set[str] = frozenset(),
-    outside: set[str] = frozenset(),
-    windowed: bool = False,
-) -> UpstreamView:
-    """Per hour: the newest version of ``upstream`` that release ``release_id`` wrote, else
-    the published partition of ``published``; two small lookups, no scan of the data.
-    An hour with neither is declared empty (``allowed_empty``), outside the backups
-    (``outside``), unavailable (a ``windowed`` reader's gap) or missing (refused)."""
-    for hour in hours:
-        parse_hour(hour)
-    written = audit.read(spark, audit.SHADOW_PARTITIONS).where(
-        (F.col("table_name") == upstream)
-        & (F.col("release_id") == release_id)
-        & F.col("hour").isin(hours)
-    )
-    newest = F.row_number().over(Window.partitionBy("hour").orderBy(F.col("written_at").desc()))
-    candidates = {
-        r["hour"]: (r["version"], r["location"])
-        for r in written.withColumn("_n", newest).where(F.col("_n") == 1).collect()
-    }
-    locations = partition_locations(spark, published)
-    live = {h: locations[h] for h in hours if h not in candidates and h in locations}
-    rest = [h for h in hours if h not in candidates and h not in live]
-    return UpstreamView(
-        spark,
-        upstream,
-        published,
-        release_id,
-        candidates,
-        live,
-        empty=[h for h in rest if h in allowed_empty],
-        missing=[h for h in rest if h not in allowed_empty and h not in outside and not windowed],
-        outside=[h for h in rest if h not in allowed_empty and h in outside],
-        unavailable=[h for h in rest if h not in allowed_empty and h not in outside and windowed],
-    )

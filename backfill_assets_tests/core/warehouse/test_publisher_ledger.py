@@ -20,6 +20,7 @@ import pytest
 
 from backfill_assets import settings
 from backfill_assets.core import faults
+from backfill_assets.core.layers.shadow_io import qualify
 from backfill_assets.core.names import LAYERS
 from backfill_assets.core.warehouse import audit, publisher
 from backfill_assets.core.warehouse.tables import (
@@ -29,7 +30,6 @@ from backfill_assets.core.warehouse.tables import (
     table_exists,
 )
 from backfill_assets.defs.checks import common
-from backfill_assets.defs.resources.io_managers import qualify
 
 RAW, TRANSFORMED, AGGREGATED = LAYERS["raw"], LAYERS["transformed"], LAYERS["aggregated"]
 ALL = [RAW, TRANSFORMED, AGGREGATED]

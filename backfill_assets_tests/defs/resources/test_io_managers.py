@@ -8,8 +8,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
 from backfill_assets.core.layers.shadow_stats import added_groups, stats_aggregates, stats_of
+from backfill_assets.core.layers.upstream import UpstreamView
 from backfill_assets.core.warehouse.tables import ensure_table
-from backfill_assets.defs.resources.io_managers import UpstreamView
 
 TABLE = "shadow.upstream_probe"
 SCHEMA = StructType([StructField(c, StringType()) for c in ("payload_id", "hour", "version")])
