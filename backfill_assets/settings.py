@@ -176,16 +176,7 @@ _MIB = 2**20
 
 
 def _env_bytes(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
-    text = env.get(name, "").strip()
-    if not text:
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        raise SettingsError(f"{name}={text!r} is not a whole number of bytes") from None
-    if value < minimum:
-        raise SettingsError(f"{name}={value} must be at least {minimum} bytes")
-    return value
+    return env_int(env, name, default, minimum, unit=" bytes")
 
 
 @dataclass(frozen=True)
@@ -259,7 +250,7 @@ def pause_fifo(env: Mapping[str, str] | None = None) -> str:
     return _environ(env)[PAUSE_FIFO_ENV]
 
 
-def env_int(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
+def env_int(env: Mapping[str, str], name: str, default: int, minimum: int, unit: str = "") -> int:
     """A whole-number variable of ``env`` (``default`` when unset or empty)."""
     text = (env.get(name) or "").strip()
     if not text:
@@ -267,9 +258,11 @@ def env_int(env: Mapping[str, str], name: str, default: int, minimum: int) -> in
     try:
         value = int(text)
     except ValueError:
-        raise SettingsError(f"{name}={text!r} is not a whole number") from None
+        raise SettingsError(
+            f"{name}={text!r} is not a whole number{unit and ' of' + unit}"
+        ) from None
     if value < minimum:
-        raise SettingsError(f"{name}={value} must be at least {minimum}")
+        raise SettingsError(f"{name}={value} must be at least {minimum}{unit}")
     return value
 
 
