@@ -31,8 +31,7 @@ from datetime import UTC, datetime
 
 import dagster as dg
 
-from backfill_assets.core import names as registry
-from backfill_assets.core import tags
+from backfill_assets.core import names, tags
 from backfill_assets.core.backups.store import BackupStore
 from backfill_assets.core.hours import hour_range
 from backfill_assets.core.names import Layer
@@ -291,7 +290,7 @@ def evaluate(
     layers: Sequence[Layer] | None = None,
 ) -> Evaluation:
     """One evaluation of the sensor (also used by the demo): compare, plan, build requests."""
-    layers = list(registry.LAYERS.values()) if layers is None else list(layers)
+    layers = list(names.LAYERS.values()) if layers is None else list(layers)
     fail_orphaned_runs(instance)  # a killed run must not block its hours forever
     previous = Cursor.parse(cursor)
     request_id = f"reconcile-{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
@@ -376,7 +375,7 @@ def build_reconciliation_sensor(config: ReconcileConfig | None = None) -> dg.Sen
         default_status=(
             dg.DefaultSensorStatus.RUNNING if config.enabled else dg.DefaultSensorStatus.STOPPED
         ),
-        target=dg.AssetSelection.groups(*registry.LAYERS),
+        target=dg.AssetSelection.groups(*names.LAYERS),
         description=(
             "Compares the closed backup manifests with the published partitions (counts, "
             "missing hours, manifests that appeared or changed after publishing, stale code "
@@ -391,7 +390,7 @@ def build_reconciliation_sensor(config: ReconcileConfig | None = None) -> dg.Sen
         if refused:
             context.log.error(refused)
             return dg.SensorResult(skip_reason=refused, cursor=context.cursor)
-        layers = list(registry.LAYERS.values())
+        layers = list(names.LAYERS.values())
         keys = layer_asset_keys(
             context.repository_def.assets_defs_by_key, [layer.name for layer in layers]
         )

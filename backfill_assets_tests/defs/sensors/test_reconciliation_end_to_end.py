@@ -23,7 +23,6 @@ from pyspark.sql import functions as F
 
 from backfill_assets.cli.main import main
 from backfill_assets.core import names, plan, tags
-from backfill_assets.core import names as registry
 from backfill_assets.core.backups.store import LocalBackupStore
 from backfill_assets.core.hours import backup_hour_path, hour_range
 from backfill_assets.core.reconcile import findings
@@ -119,7 +118,7 @@ def landed_copy(scenario: Scenario, tmp_path: Path) -> Path:
 
 def evaluate(scenario: Scenario, backups: Path, cursor: str | None = None) -> Evaluation:
     """One evaluation of the sensor (what it records and requests), submitting nothing."""
-    layers = list(registry.LAYERS.values())
+    layers = list(names.LAYERS.values())
     by_layer = {layer.name: keys.layer_keys(scenario.defs, layer.name) for layer in layers}
     return evaluate_sensor(
         scenario.instance,
@@ -175,7 +174,7 @@ def test_the_run_manifest_reaches_the_ledger_and_the_lineage(
         ) == ("live", "nightly ingest", "alice", "OPS-7", run_id)
         assert meta["backfill_id"] == scenario.live.release_id
     # the two readers of the published state agree
-    layers = list(registry.LAYERS.values())
+    layers = list(names.LAYERS.values())
     from_ledger = state.published_from_ledger(
         audit.warehouse_of(spark), layers, hour_range(FIRST, LAST)
     )["raw"]
@@ -209,10 +208,10 @@ def test_before_the_late_files_land_the_sensor_sees_nothing_without_spark(
     assert evaluation.requests == [] and drift(evaluation) == []
     # each layer's health, once (until it changes): every hour of the window in order
     health = {e.asset_key: e.metadata for e in evaluation.result.asset_events}
-    assert set(health) == {table_key(layer.pairs[0][1]) for layer in registry.LAYERS.values()}
+    assert set(health) == {table_key(layer.pairs[0][1]) for layer in names.LAYERS.values()}
     assert all(m["damaged_hours"].value == 0 for m in health.values())
     # the live release published raw only: the other layers' hours are not healthy, named
-    raw_key = table_key(registry.LAYERS["raw"].pairs[0][1])
+    raw_key = table_key(names.LAYERS["raw"].pairs[0][1])
     assert health[raw_key]["completeness"].value == 1.0
     assert health[raw_key]["unpublished_hours"].value == 0
     for key, numbers in health.items():
@@ -243,12 +242,12 @@ def test_late_files_are_requested_once_with_the_session_hours_around_them(
     first = evaluate(scenario, landed)
     # exactly the late raw hour, and each later layer's hours for it, clipped to the tree
     wanted = []
-    for layer, start, end in plan.plan_ranges(list(registry.LAYERS), LATE, LATE):
+    for layer, start, end in plan.plan_ranges(list(names.LAYERS), LATE, LATE):
         hours = [h for h in hour_range(start, end) if FIRST <= h <= LAST]
         wanted.append((layer, hours[0], hours[-1]))
     assert ranges(first) == wanted
     assert wanted[0] == ("raw", LATE, LATE)
-    for name in registry.LAYERS:  # session hours whose windows touch the late hour
+    for name in names.LAYERS:  # session hours whose windows touch the late hour
         if name not in names.RECEIVED_HOUR_LAYERS:
             lo, hi = session_hours_touching(LATE, LATE)
             assert (name, max(lo, FIRST), min(hi, LAST)) in wanted
@@ -298,9 +297,7 @@ def test_late_files_are_requested_once_with_the_session_hours_around_them(
 def test_a_bumped_code_version_reports_published_partitions_stale(
     scenario: Scenario, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setitem(
-        registry.LAYERS, "raw", dataclasses.replace(raw.LAYER, code_version="raw-2")
-    )
+    monkeypatch.setitem(names.LAYERS, "raw", dataclasses.replace(raw.LAYER, code_version="raw-2"))
     result = evaluate(scenario, scenario.backups)
     assert ranges(result)[0] == ("raw", FIRST, LAST)
     stale = {e.partition: e.metadata["findings"].value for e in drift(result)}
@@ -329,7 +326,7 @@ def test_the_reconcile_command_prints_what_the_sensor_would_request(
         (LATE, "manifest_appeared", 2),
     ]
     assert document["requests"][0]["tags"][tags.REQUESTED_BY] == "reconciliation-sensor"
-    assert set(document["health"]) == set(registry.LAYERS)
+    assert set(document["health"]) == set(names.LAYERS)
     assert document["health"]["raw"]["damaged_hours"] == 1
     assert document["health"]["raw"]["oldest_damage_hour"] == LATE
     assert main(["reconcile", "--source", "ledger"]) == 1
@@ -405,7 +402,7 @@ def test_dry_run_diff_report_then_backfill_leaves_nothing_to_reconcile(
     )
     assert dry.success, dry.failures
 
-    layers = list(registry.LAYERS.values())
+    layers = list(names.LAYERS.values())
     report = build_report(
         scenario.instance,
         layers,
