@@ -50,6 +50,7 @@ def _stop(settings, instance, release: str) -> list:
     does), else terminate the runs it left queued, not started or running (a release of
     one run, or runs a finished backfill left behind: they hold their hours until then).
     Returns the runs it terminated; one line (exit 2) if there is nothing to stop."""
+    from backfill_assets.core import tags
     from backfill_assets.release import launch
     from backfill_assets.release.holds import runs_left
 
@@ -57,7 +58,13 @@ def _stop(settings, instance, release: str) -> list:
     left = runs_left(instance, release)
     if backfill is None and not left:
         raise CommandError(f"no release (backfill or run) {release} in the Dagster instance")
+    # a release resumed (re-executed from failure) goes on in backfills of its own
+    resumed = {r.tags.get(tags.DAGSTER_BACKFILL) for r in left} - {release, None}
     try:
+        for child in sorted(resumed):
+            found = instance.get_backfill(child)
+            if found is not None and found.status.value in CANCELLABLE:
+                launch.cancel_backfill(settings, child)
         if backfill is not None and backfill.status.value in CANCELLABLE:
             launch.cancel_backfill(settings, release)
             return []  # Dagster stops its runs
@@ -76,12 +83,11 @@ def _stop(settings, instance, release: str) -> list:
 def run_cancel(args: argparse.Namespace) -> int:
     import getpass
 
-    import dagster as dg
-
     from backfill_assets.cli.backfill import _context, _follow
     from backfill_assets.core import tags
     from backfill_assets.defs.jobs.cancel import CANCEL_JOB
     from backfill_assets.release import launch
+    from backfill_assets.release.instance import release_runs
 
     try:
         release = tags.validate_release_id(args.release)
@@ -96,7 +102,7 @@ def run_cancel(args: argparse.Namespace) -> int:
     for run in left:
         _follow(settings, instance, "cancelled run", run_id=run.run_id)
     backfill = instance.get_backfill(release)
-    runs = instance.get_runs(filters=dg.RunsFilter(tags={tags.DAGSTER_BACKFILL: release}))
+    runs = release_runs(instance, release)
     runs = runs or [r for r in (instance.get_run_by_id(x.run_id) for x in left) if r]
     config = {
         "release_id": release,

@@ -23,6 +23,7 @@ SUBCOMMAND_MODULES = (
     "backfill_assets_dev.cli.generate",
     "backfill_assets.cli.backfill",
     "backfill_assets.cli.cancel",
+    "backfill_assets.cli.resume",
     "backfill_assets.cli.sql",
     "backfill_assets.cli.rollback",
     "backfill_assets.cli.vacuum",

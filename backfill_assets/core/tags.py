@@ -32,6 +32,11 @@ HELD_BACK = f"{PREFIX}/held_back_hours"
 REFUSED = f"{PREFIX}/refused"
 ESTIMATE_SECONDS = f"{PREFIX}/estimate_seconds"  # the CLI's estimate before launching
 DAGSTER_BACKFILL = "dagster/backfill"
+# Set by Dagster on a backfill re-executed from failure (the UI's "re-execute", ``resume``)
+# and its runs: the first backfill of the chain, which names the release they all belong to.
+ROOT_BACKFILL = "dagster/root_backfill_id"
+# The tags by which a run belongs to a release (its id as the value).
+RELEASE_TAGS = (DAGSTER_BACKFILL, ROOT_BACKFILL)
 # The Dagster concurrency pool of every publish, rollback and vacuum step (limit 1 in the
 # instance configs): one at a time per deployment.
 PUBLISH_POOL = "publish"
@@ -79,8 +84,9 @@ def run_manifest(tags: Mapping[str, str]) -> dict[str, str | None]:
         "requested_by": _bounded(requested_by(tags), MAX_REQUESTED_BY_CHARS),
         "ticket": _bounded(tags.get(TICKET), MAX_TICKET_CHARS),
         "mode": tags.get(MODE) or ("backfill" if tags.get(DAGSTER_BACKFILL) else "live"),
-        # the release the run builds into: its Dagster backfill unless tagged otherwise
-        "backfill_id": tags.get(RELEASE) or tags.get(DAGSTER_BACKFILL),
+        # the release the run builds into: its Dagster backfill (the first of a chain
+        # re-executed from failure) unless tagged otherwise
+        "backfill_id": tags.get(RELEASE) or tags.get(ROOT_BACKFILL) or tags.get(DAGSTER_BACKFILL),
     }
 
 
@@ -100,9 +106,10 @@ def requested_by(tags: Mapping[str, str]) -> str | None:
 
 
 def release_id(tags: Mapping[str, str], run_id: str) -> str:
-    """The release a run belongs to: its explicit release tag, else its Dagster backfill,
-    else the run itself (a single run outside a backfill is a release of its own)."""
-    return tags.get(RELEASE) or tags.get(DAGSTER_BACKFILL) or run_id
+    """The release a run belongs to: its explicit release tag, else its Dagster backfill (the
+    first of a chain of backfills re-executed from failure: one release), else the run
+    itself (a single run outside a backfill is a release of its own)."""
+    return tags.get(RELEASE) or tags.get(ROOT_BACKFILL) or tags.get(DAGSTER_BACKFILL) or run_id
 
 
 def validate_release_id(value: str) -> str:

@@ -26,6 +26,7 @@ import dagster as dg
 
 from backfill_assets.core import tags
 from backfill_assets.core.hours import InvalidHourError, parse_hour
+from backfill_assets.release.instance import release_filters, release_runs
 from backfill_assets.release.keys import PUBLISH_KEY
 from backfill_assets.release.launch import IN_FLIGHT as RUN_IN_FLIGHT
 from backfill_assets.release.orphans import fail_orphaned_runs
@@ -101,7 +102,7 @@ def run_hours(run: dg.DagsterRun) -> frozenset[str]:
 def release_hours(instance: dg.DagsterInstance, release_id: str) -> list[str]:
     """Every hour a release's runs built or published (the partitions its publish step
     targets when it publishes the release on its own); [] for a release with no run here."""
-    runs = instance.get_runs(filters=dg.RunsFilter(tags={tags.DAGSTER_BACKFILL: release_id}))
+    runs = release_runs(instance, release_id)
     return sorted({hour for run in runs for hour in tags.partition_range(run.tags)})
 
 
@@ -150,11 +151,7 @@ def _mark_started(instance: dg.DagsterInstance, found: dict[str, Release]) -> No
     for release_id, release in list(found.items()):
         if release.started:
             continue
-        runs = instance.get_runs(
-            filters=dg.RunsFilter(tags={tags.DAGSTER_BACKFILL: release_id}, statuses=BEGUN),
-            limit=1,
-        )
-        if runs:
+        if release_runs(instance, release_id, BEGUN):
             found[release_id] = dataclasses.replace(release, started=True)
 
 
@@ -166,8 +163,7 @@ def runs_left(instance: dg.DagsterInstance, release_id: str) -> list[dg.DagsterR
         r.run_id: r
         for f in (
             dg.RunsFilter(run_ids=[release_id], statuses=statuses),
-            dg.RunsFilter(tags={tags.DAGSTER_BACKFILL: release_id}, statuses=statuses),
-            dg.RunsFilter(tags={tags.RELEASE: release_id}, statuses=statuses),
+            *release_filters(release_id, statuses),
         )
         for r in instance.get_runs(filters=f)
     }

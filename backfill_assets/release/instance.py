@@ -5,10 +5,12 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 import dagster as dg
 
+from backfill_assets.core import tags
 from backfill_assets.settings import PROJECT_ROOT, Settings
 
 
@@ -43,3 +45,28 @@ def run_tags(instance: dg.DagsterInstance, run_id: str) -> dict[str, str]:
     (``defs.resources.launch_form``); ``context.run.tags`` is the snapshot from before."""
     run = instance.get_run_by_id(run_id)
     return dict(run.tags) if run is not None else {}
+
+
+def release_filters(
+    release_id: str, statuses: Sequence[dg.DagsterRunStatus] | None = None
+) -> list[dg.RunsFilter]:
+    """The filters that find a release's runs: tagged with it as their backfill, as the
+    first backfill of their chain (re-executed from failure), or as their release."""
+    return [
+        dg.RunsFilter(tags={tag: release_id}, statuses=list(statuses or []))
+        for tag in (*tags.RELEASE_TAGS, tags.RELEASE)
+    ]
+
+
+def release_runs(
+    instance: dg.DagsterInstance,
+    release_id: str,
+    statuses: Sequence[dg.DagsterRunStatus] | None = None,
+) -> list[dg.DagsterRun]:
+    """Every run of a release (``release_filters``), each once, oldest first."""
+    found = {
+        run.run_id: run
+        for f in release_filters(release_id, statuses)
+        for run in instance.get_runs(filters=f)
+    }
+    return sorted(found.values(), key=lambda r: (r.run_id not in found, r.run_id))

@@ -206,6 +206,27 @@ def cancel_backfill(settings: Settings, backfill_id: str, workspace: Path = WORK
     return mutation_outcome(data["cancelPartitionBackfill"], "CancelBackfillSuccess")["backfillId"]
 
 
+_REEXECUTE = """
+mutation Reexecute($backfillId: String!) {
+  reexecutePartitionBackfill(
+    reexecutionParams: {parentRunId: $backfillId, strategy: FROM_FAILURE}
+  ) {
+    __typename
+    ... on LaunchBackfillSuccess { backfillId }
+    ... on Error { message }
+  }
+}"""
+
+
+def reexecute_backfill(settings: Settings, backfill_id: str, workspace: Path = WORKSPACE) -> str:
+    """Re-execute a finished backfill from failure, as the UI's *Re-execute* does: Dagster
+    creates a backfill of what it did not materialize (tagged with the first backfill of
+    the chain: the same release); returns its id."""
+    data = graphql(settings, _REEXECUTE, {"backfillId": backfill_id}, workspace)
+    outcome = mutation_outcome(data["reexecutePartitionBackfill"], "LaunchBackfillSuccess")
+    return outcome["backfillId"]
+
+
 _TERMINATE = """
 mutation Terminate($runId: String!, $policy: TerminateRunPolicy) {
   terminateRun(runId: $runId, terminatePolicy: $policy) {

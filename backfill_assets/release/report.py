@@ -224,7 +224,7 @@ def _collect_held(collected: _Collected, held_back: Any) -> None:
 
 def _records(instance: dg.DagsterInstance, release_id: str) -> list[dg.RunRecord]:
     records = []
-    for tag in (tags.DAGSTER_BACKFILL, tags.RELEASE, REQUEST_ID_TAG):
+    for tag in (*tags.RELEASE_TAGS, tags.RELEASE, REQUEST_ID_TAG):
         records += instance.get_run_records(filters=dg.RunsFilter(tags={tag: release_id}))
     own = instance.get_run_record_by_id(release_id)  # a run outside a backfill
     if own is not None and tags.release_id(own.dagster_run.tags, release_id) == release_id:

@@ -47,6 +47,7 @@ COMMAND_NEEDS: dict[str, frozenset[str]] = {
     "sql": frozenset({METASTORE, LEDGER}),
     "rollback": frozenset({DATA, DAGSTER, LEDGER}),
     "cancel": frozenset({DATA, DAGSTER, LEDGER}),
+    "resume": frozenset({DATA, DAGSTER, LEDGER}),
     "vacuum": frozenset({DATA, DAGSTER, LEDGER}),
     "erase": frozenset({LEDGER}),
     "verify": frozenset({METASTORE, LEDGER}),

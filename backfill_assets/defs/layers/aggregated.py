@@ -26,6 +26,7 @@ import dagster as dg
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 
+from backfill_assets.core import faults
 from backfill_assets.core.layers.schemas import SessionSchema, session_id_aggregates
 from backfill_assets.core.layers.sessions import (
     CLIENT_HOURLY_COLUMNS,
@@ -140,6 +141,7 @@ def aggregated_shadow(
 ) -> Iterator[dg.MaterializeResult | dg.AssetObservation]:
     """Rebuild the sessions and client_hourly shadow tables of the session hours."""
     refuse_if_held(context)  # an earlier release in flight holds some of its hours
+    faults.checkpoint(faults.SESSIONS_BUILD)
     started = time.monotonic()
     hours = list(context.partition_keys)
     if isinstance(transformed_payloads, UpstreamGap):

@@ -1,0 +1,124 @@
+"""`backfill-assets resume --backfill ID` goes on with a release whose run was killed.
+
+A real release of one hour (the CLI's, with its daemon) is two runs: raw and transformed,
+then the sessions with the publish. The sessions' run process is SIGKILLed as it starts
+building (held there by a fault checkpoint): the release ends failed and publishes nothing.
+`resume` re-executes it from failure (Dagster's re-execution, as the UI's *Re-execute*):
+only the session layer and the publish run again, on the raw and transformed candidates
+the first run built and checked; the release publishes once, in one ledger transaction,
+and what it published equals what the rule gives from the backups (an independent
+referee, ``backfill_assets_dev.expected``)."""
+
+import os
+import signal
+from datetime import UTC, datetime
+from pathlib import Path
+
+import dagster as dg
+import pyarrow.parquet as pq
+import pytest
+
+from backfill_assets.core import faults, tags
+from backfill_assets.core.warehouse import audit
+from backfill_assets.release.instance import get_instance
+from backfill_assets.release.keys import table_key
+from backfill_assets_dev import expected
+from backfill_assets_tests.helpers.processes import (
+    cli,
+    cli_at_fault,
+    operator_tree,
+    processes_with,
+)
+
+pytestmark = pytest.mark.slow
+
+HOUR = "2026-11-20T01"
+DEADLINE_SECONDS = 600
+RECEIVED_SHADOWS = {table_key(t) for t in ("shadow.raw_payloads", "shadow.transformed_payloads")}
+
+
+def _ms(value: datetime) -> int:
+    moment = value if value.tzinfo else value.replace(tzinfo=UTC)
+    return round(moment.timestamp() * 1000)
+
+
+def published_sessions(warehouse_dir: str, release: str) -> dict[str, set[tuple]]:
+    """Session hour -> the sessions the release published there (read from the Parquet the
+    ledger points at, without Spark)."""
+    found = {}
+    where = {"table_name": "aggregated.sessions", "backfill_id": release, "phase": "commit"}
+    for row in audit.rows(warehouse_dir, audit.PUBLICATIONS, where):
+        location = row["new_location"].removeprefix("file:")
+        table = pq.read_table(location) if os.listdir(location) else None
+        rows = table.to_pylist() if table is not None else []
+        found[row["hour"]] = {
+            (
+                r["client_id"],
+                r["user_id"],
+                _ms(r["session_start_at"]),
+                _ms(r["session_end_at"]),
+                r["payload_count"],
+            )
+            for r in rows
+        }
+    return found
+
+
+def test_a_killed_release_resumes_building_only_what_it_lacked_and_publishes_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    env, settings = operator_tree(tmp_path, monkeypatch)
+    fifo = tmp_path / "pause.fifo"
+    command = ["backfill", "--from", HOUR, "--to", HOUR, "--reason", "to resume"]
+    with cli_at_fault(command, env, fifo, faults.SESSIONS_BUILD) as first:
+        runs = [
+            pid
+            for pid, described in processes_with(f"BACKFILL_ASSETS_PAUSE_FIFO={fifo}").items()
+            if "execute_run" in described
+        ]
+        assert len(runs) == 1, runs  # the sessions' run, paused as it starts building
+        os.kill(runs[0], signal.SIGKILL)
+        assert first.wait(timeout=DEADLINE_SECONDS) == 1
+        output = first.stdout.read()
+    assert "failed" in output.lower(), output
+
+    instance = get_instance(settings)
+    [release] = [
+        b.backfill_id for b in instance.get_backfills() if b.tags.get(tags.REASON) == "to resume"
+    ]
+    assert not audit.rows(settings.warehouse_dir, audit.PUBLICATIONS)  # nothing published
+    built = instance.get_runs(filters=dg.RunsFilter(tags={tags.DAGSTER_BACKFILL: release}))
+    assert sorted(r.status.value for r in built) == ["FAILURE", "SUCCESS"]
+
+    resumed = cli(env, "resume", "--backfill", release, timeout=DEADLINE_SECONDS)
+    assert resumed.returncode == 0, resumed.output
+    assert f"resumed release {release}" in resumed.output
+    assert f"report: backfill-assets report --backfill {release}" in resumed.output
+
+    # only what the release lacked ran again: no raw or transformed step
+    [child] = [b for b in instance.get_backfills() if b.tags.get(tags.ROOT_BACKFILL) == release]
+    again = instance.get_runs(
+        filters=dg.RunsFilter(tags={tags.DAGSTER_BACKFILL: child.backfill_id})
+    )
+    assert again and all(r.status == dg.DagsterRunStatus.SUCCESS for r in again)
+    assert not [k for r in again for k in (r.asset_selection or ()) if k in RECEIVED_SHADOWS]
+    assert all(tags.release_id(r.tags, r.run_id) == release for r in again)
+
+    # published once, as the one release, and right
+    commits = audit.rows(
+        settings.warehouse_dir, audit.PUBLICATIONS, {"backfill_id": release, "phase": "commit"}
+    )
+    assert len({c["txn_id"] for c in commits}) == 1
+    assert {c["table_name"] for c in commits} >= {
+        "raw.payloads",
+        "transformed.payloads",
+        "aggregated.sessions",
+        "aggregated.client_hourly",
+    }
+    sessions = published_sessions(settings.warehouse_dir, release)
+    truth = expected.sessions(expected.read_deliveries(settings.backup_root), sorted(sessions))
+    assert sessions and sessions == {
+        hour: {expected.session_key(s) for s in found} for hour, found in truth.items()
+    }
+    report = cli(env, "report", "--backfill", release)
+    assert report.returncode == 0, report.output
