@@ -1,6 +1,6 @@
 """`backfill-assets resume --backfill ID` goes on with a release whose run was killed.
 
-A real release of one hour (the CLI's, with its daemon) is two runs: raw and transformed,
+A real release of a tree's four hours (the CLI's, with its daemon) is two runs: raw and transformed,
 then the sessions with the publish. The sessions' run process is SIGKILLed as it starts
 building (held there by a fault checkpoint): the release ends failed and publishes nothing.
 `resume` re-executes it from failure (Dagster's re-execution, as the UI's *Re-execute*):
@@ -32,8 +32,9 @@ from backfill_assets_tests.helpers.processes import (
 
 pytestmark = pytest.mark.slow
 
-HOUR = "2026-11-20T01"
+FIRST, LAST = "2026-11-20T00", "2026-11-20T03"  # every hour of the tree: nothing unpublished
 DEADLINE_SECONDS = 600
+RUN_WORKER = "spawn_main"  # a run's process: the code server starts it by multiprocessing
 RECEIVED_SHADOWS = {table_key(t) for t in ("shadow.raw_payloads", "shadow.transformed_payloads")}
 
 
@@ -69,14 +70,13 @@ def test_a_killed_release_resumes_building_only_what_it_lacked_and_publishes_onc
 ):
     env, settings = operator_tree(tmp_path, monkeypatch)
     fifo = tmp_path / "pause.fifo"
-    command = ["backfill", "--from", HOUR, "--to", HOUR, "--reason", "to resume"]
+    command = ["backfill", "--from", FIRST, "--to", LAST, "--reason", "to resume"]
     with cli_at_fault(command, env, fifo, faults.SESSIONS_BUILD) as first:
-        runs = [
-            pid
-            for pid, described in processes_with(f"BACKFILL_ASSETS_PAUSE_FIFO={fifo}").items()
-            if "execute_run" in described
-        ]
-        assert len(runs) == 1, runs  # the sessions' run, paused as it starts building
+        # the run's process: started by the code server (multiprocessing's spawn), paused as
+        # the session layer starts building
+        found = processes_with(f"BACKFILL_ASSETS_PAUSE_FIFO={fifo}")
+        runs = [pid for pid, described in found.items() if RUN_WORKER in described]
+        assert len(runs) == 1, found
         os.kill(runs[0], signal.SIGKILL)
         assert first.wait(timeout=DEADLINE_SECONDS) == 1
         output = first.stdout.read()
