@@ -311,6 +311,17 @@ def partition_span(env: Mapping[str, str] | None = None) -> tuple[str, str | Non
     return start, end
 
 
+# ------------------------------------------------------------------- a release's runs
+HOURS_PER_RUN_ENV = "BACKFILL_HOURS_PER_RUN"
+DEFAULT_HOURS_PER_RUN = 48
+
+
+def hours_per_run(env: Mapping[str, str] | None = None) -> int:
+    """``BACKFILL_HOURS_PER_RUN`` (48): the most hours of a layer one run builds; a longer
+    release is built in chunks of runs, so a failure costs one chunk (``resume``)."""
+    return env_int(_environ(env), HOURS_PER_RUN_ENV, DEFAULT_HOURS_PER_RUN, 1)
+
+
 # ------------------------------------------------------------------ the change gates
 GATE_MAX_DECREASE_ENV = "BACKFILL_GATE_MAX_DECREASE"
 GATE_MAX_INCREASE_ENV = "BACKFILL_GATE_MAX_INCREASE"
@@ -384,6 +395,7 @@ def check_environment(env: Mapping[str, str] | None = None) -> None:
     Settings.from_env(env)
     partition_span(env)
     max_range_hours(1, env)
+    hours_per_run(env)
     lock_timeout_seconds(env)
     ReadLimits.from_env(env)
     gate_limits(env)

@@ -12,7 +12,7 @@ from backfill_assets.core.tags import PUBLISH_POOL
 from backfill_assets.definitions import build_definitions
 from backfill_assets.defs.checks.published import RELEASE_GATE
 from backfill_assets.defs.jobs.vacuum import SCHEDULE_ENV, VACUUM_JOB, VACUUM_SCHEDULE
-from backfill_assets.defs.partitions import hourly_partitions_def
+from backfill_assets.defs.partitions import hourly_partitions_def, run_policy
 from backfill_assets.defs.publish import PUBLISH
 from backfill_assets.settings import PROJECT_ROOT
 from backfill_assets_tests.helpers.processes import bin_of
@@ -41,7 +41,7 @@ def test_every_asset_is_hourly_single_run_described_and_versioned(base_settings)
         assert node.description, key
         if key == PUBLISH:
             assert node.partitions_def == hourly_partitions_def() and node.group_name == "release"
-            assert node.backfill_policy == dg.BackfillPolicy.single_run()
+            assert node.backfill_policy == run_policy()
             assert node.pools == {PUBLISH_POOL}
             assert node.is_materializable
             continue
@@ -50,7 +50,7 @@ def test_every_asset_is_hourly_single_run_described_and_versioned(base_settings)
         if key.path[0] == "shadow":
             shadows.append(key)
             assert node.is_materializable, key
-            assert node.backfill_policy == dg.BackfillPolicy.single_run(), key
+            assert node.backfill_policy == run_policy(), key
             assert node.code_version, key
         else:
             published.append(key)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from backfill_assets.settings import HOUR_FORMAT, partition_span
+from backfill_assets.settings import HOUR_FORMAT, hours_per_run, partition_span
 
 
 def hourly_partitions_def() -> dg.HourlyPartitionsDefinition:
@@ -19,5 +19,13 @@ def hourly_partitions_def() -> dg.HourlyPartitionsDefinition:
     )
 
 
+def run_policy() -> dg.BackfillPolicy:
+    """How a backfill splits a layer's hours into runs: ``BACKFILL_HOURS_PER_RUN`` hours
+    each (the layers and the publish alike, so that a release shorter than that is one or
+    two runs: Dagster joins steps of the same policy in one run)."""
+    return dg.BackfillPolicy.multi_run(max_partitions_per_run=hours_per_run())
+
+
 # The assets and checks are declared when their modules load: the span is read then.
 hourly_partitions = hourly_partitions_def()
+RUN_POLICY = run_policy()

@@ -22,15 +22,17 @@ from backfill_assets.core import tags
 from backfill_assets.core.errors import cause_line
 from backfill_assets.core.hours import InvalidHourError, hour_range, parse_hour
 from backfill_assets.core.names import LAYERS, Layer
+from backfill_assets.core.reporting.verdicts import held_back_verdict
 from backfill_assets.core.tags import PUBLISH_POOL
 from backfill_assets.core.warehouse import database, erasure, gates, publisher
 from backfill_assets.defs.checks.published import release_gate_evaluations
 from backfill_assets.defs.layers import aggregated, raw, transformed
-from backfill_assets.defs.layers.common import SINGLE_RUN, json_metadata, refuse, run_lineage
-from backfill_assets.defs.partitions import hourly_partitions
+from backfill_assets.defs.layers.common import json_metadata, refuse, run_lineage
+from backfill_assets.defs.partitions import RUN_POLICY, hourly_partitions
 from backfill_assets.defs.resources.launch_form import LaunchForm
 from backfill_assets.defs.resources.spark import usage_metadata
 from backfill_assets.defs.resources.warehouse import Warehouse
+from backfill_assets.release import progress
 from backfill_assets.release.instance import run_tags
 from backfill_assets.release.keys import table_key
 from backfill_assets.release.report import build_report
@@ -338,7 +340,7 @@ def _publish_asset(fn: Callable) -> dg.AssetsDefinition:
             # the run of the release's last layer (the same hours, ``publish_deps``), after
             # that layer's checks, instead of in a run of its own.
             partitions_def=hourly_partitions,
-            backfill_policy=SINGLE_RUN,
+            backfill_policy=RUN_POLICY,
         )(fn)
 
 
@@ -363,6 +365,10 @@ def publish_release(
     tags_now = run_tags(context.instance, context.run_id)  # with the form's answers
     release = resolve_release(spark, config, tags_now, context.run_id)
     layers = selected_layers(config.layers)
+    waiting = None if config.release_id or config.first_hour else _waiting(context, spark, release)
+    if waiting:  # a chunk of a long release: the run that builds its last hours publishes
+        context.log.info(waiting)
+        return
     if tags_now.get(tags.MODE) == "dry_run":
         yield _dry_run(context, layers, release)
         return
@@ -412,6 +418,11 @@ def publish_release(
     yield dg.MaterializeResult(metadata=metadata)
 
 
+def _waiting(context: dg.AssetExecutionContext, spark, release: str) -> str | None:
+    graph = context.repository_def.asset_graph
+    return progress.waiting_line(context.instance, graph, spark, release, list(LAYERS.values()))
+
+
 def release_report(
     context: dg.AssetExecutionContext,
     layers: Sequence[Layer],
@@ -431,39 +442,6 @@ def release_report(
             f"--backfill {release}"
         )
         return {}
-
-
-def _cause(reasons: Sequence[str]) -> str | None:
-    """An hour's first reason of its own (not an upstream hour of the release held back)."""
-    return next((r for r in reasons if not r.endswith(publisher.HELD_UPSTREAM)), None)
-
-
-def held_back_verdict(release: str, held: Mapping[str, list[str]], waiting: list[str]) -> str:
-    """One paragraph naming the held-back hours (the first ten) and a reason of each: the
-    hours held for a cause of their own first (layers in dependency order), each with its
-    first such cause, then the hours held because an upstream hour is."""
-    order = list(LAYERS)
-
-    def rank(item: tuple[str, list[str]]) -> tuple:
-        layer, _, hour = item[0].partition(" ")
-        return (_cause(item[1]) is None, order.index(layer) if layer in order else 0, hour)
-
-    named = [
-        (key, [_cause(reasons) or reasons[0]]) for key, reasons in sorted(held.items(), key=rank)
-    ]
-    approve_hint = (
-        f". {len(waiting)} of them wait for approval of their change: "
-        f"backfill-assets approve --backfill {release} --reason '...' (or launch "
-        f"release/publish with approve: true)"
-        if waiting
-        else ""
-    )
-    return (
-        f"release {release}: {len(held)} hour(s) held back, their published data unchanged: "
-        + "; ".join(f"{key} ({reasons[0][:300]})" for key, reasons in named[:10])
-        + (f"; ... and {len(named) - 10} more" if len(named) > 10 else "")
-        + approve_hint
-    )
 
 
 def purge_erased(context: dg.AssetExecutionContext, spark, warehouse_dir: str, release: str):

@@ -122,3 +122,65 @@ def test_a_killed_release_resumes_building_only_what_it_lacked_and_publishes_onc
     }
     report = cli(env, "report", "--backfill", release)
     assert report.returncode == 0, report.output
+
+
+def test_a_chunked_release_resumes_only_its_killed_chunk_and_publishes_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Runs of ``BACKFILL_HOURS_PER_RUN=2`` hours: the tree's four hours are two chunks per
+    layer. A run of the raw layer is SIGKILLed in its shadow write: the other chunk's runs
+    go on, the release publishes nothing. ``resume`` builds the killed chunk's hours only
+    (the other chunk's raw run is not repeated) and publishes the whole release once."""
+    env, settings = operator_tree(tmp_path, monkeypatch)
+    env.update(
+        BACKFILL_HOURS_PER_RUN="2",
+        BACKFILL_PARTITIONS_START=FIRST,
+        BACKFILL_PARTITIONS_END="2026-11-20T04",
+    )
+    fifo = tmp_path / "pause.fifo"
+    command = ["backfill", "--from", FIRST, "--to", LAST, "--reason", "in chunks"]
+    with cli_at_fault(command, env, fifo, faults.SHADOW_WRITE) as first:
+        found = processes_with(f"BACKFILL_ASSETS_PAUSE_FIFO={fifo}")
+        paused = [pid for pid, described in found.items() if RUN_WORKER in described]
+        os.kill(paused[0], signal.SIGKILL)  # one raw chunk's run (the first to write)
+        assert first.wait(timeout=DEADLINE_SECONDS) == 1
+    instance = get_instance(settings)
+    [release] = [
+        b.backfill_id for b in instance.get_backfills() if b.tags.get(tags.REASON) == "in chunks"
+    ]
+    assert not audit.rows(settings.warehouse_dir, audit.PUBLICATIONS)
+    raw_key = table_key("shadow.raw_payloads")
+    ran = instance.get_runs(filters=dg.RunsFilter(tags={tags.DAGSTER_BACKFILL: release}))
+    raw_runs = [r for r in ran if raw_key in (r.asset_selection or ())]
+    assert len(raw_runs) == 2  # two chunks
+    [killed] = [r for r in raw_runs if r.status != dg.DagsterRunStatus.SUCCESS]
+
+    resumed = cli(env, "resume", "--backfill", release, timeout=DEADLINE_SECONDS)
+    assert resumed.returncode == 0, resumed.output
+
+    [child] = [b for b in instance.get_backfills() if b.tags.get(tags.ROOT_BACKFILL) == release]
+    again = instance.get_runs(
+        filters=dg.RunsFilter(tags={tags.DAGSTER_BACKFILL: child.backfill_id})
+    )
+    rebuilt = {
+        hour
+        for r in again
+        if raw_key in (r.asset_selection or ())
+        for hour in tags.partition_range(r.tags)
+    }
+    assert rebuilt == set(tags.partition_range(killed.tags))  # the killed chunk only
+    commits = audit.rows(
+        settings.warehouse_dir, audit.PUBLICATIONS, {"backfill_id": release, "phase": "commit"}
+    )
+    assert len({c["txn_id"] for c in commits}) == 1
+    assert {c["hour"] for c in commits if c["table_name"] == "raw.payloads"} == {
+        "2026-11-20T00",
+        "2026-11-20T01",
+        "2026-11-20T02",
+        "2026-11-20T03",
+    }
+    sessions = published_sessions(settings.warehouse_dir, release)
+    truth = expected.sessions(expected.read_deliveries(settings.backup_root), sorted(sessions))
+    assert sessions and sessions == {
+        hour: {expected.session_key(s) for s in found} for hour, found in truth.items()
+    }

@@ -44,7 +44,6 @@ from backfill_assets.core.warehouse.publisher import SOURCE_OUTSIDE, provisional
 from backfill_assets.core.windows import LOOKAHEAD_HOURS, LOOKBACK_HOURS, received_window
 from backfill_assets.defs.layers import transformed
 from backfill_assets.defs.layers.common import (
-    SINGLE_RUN,
     json_metadata,
     refuse,
     release_input,
@@ -52,7 +51,7 @@ from backfill_assets.defs.layers.common import (
     shadow_out,
     with_lineage,
 )
-from backfill_assets.defs.partitions import hourly_partitions
+from backfill_assets.defs.partitions import RUN_POLICY, hourly_partitions
 from backfill_assets.defs.resources.launch_form import LaunchForm
 from backfill_assets.release.holds import refuse_if_held
 from backfill_assets.release.keys import table_key
@@ -131,7 +130,7 @@ def session_window_mapping() -> dg.TimeWindowPartitionMapping:
         )
     },
     partitions_def=hourly_partitions,
-    backfill_policy=SINGLE_RUN,
+    backfill_policy=RUN_POLICY,
     can_subset=False,
 )
 def aggregated_shadow(

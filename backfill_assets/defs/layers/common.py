@@ -17,8 +17,6 @@ from backfill_assets.defs.resources.io_managers import (
 )
 from backfill_assets.release.instance import run_tags
 
-SINGLE_RUN = dg.BackfillPolicy.single_run()
-
 
 def shadow_out(key: dg.AssetKey, *, group: str, code_version: str, description: str) -> dg.AssetOut:
     """An output written by the shadow IO manager into a run-scoped shadow table."""

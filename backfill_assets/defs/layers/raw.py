@@ -29,14 +29,13 @@ from backfill_assets.core.names import (
 from backfill_assets.core.warehouse import audit, erasure
 from backfill_assets.core.warehouse.tables import run_id
 from backfill_assets.defs.layers.common import (
-    SINGLE_RUN,
     digest_of,
     json_metadata,
     run_lineage,
     shadow_out,
     with_lineage,
 )
-from backfill_assets.defs.partitions import hourly_partitions
+from backfill_assets.defs.partitions import RUN_POLICY, hourly_partitions
 from backfill_assets.defs.resources.launch_form import LaunchForm
 from backfill_assets.defs.resources.warehouse import Warehouse
 from backfill_assets.release.holds import refuse_if_held
@@ -170,7 +169,7 @@ def _lineage(
         ),
     },
     partitions_def=hourly_partitions,
-    backfill_policy=SINGLE_RUN,
+    backfill_policy=RUN_POLICY,
     can_subset=False,
 )
 def raw_shadow(

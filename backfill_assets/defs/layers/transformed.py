@@ -16,14 +16,13 @@ from backfill_assets.core.layers.upstream import UpstreamGap
 from backfill_assets.core.names import TRANSFORMED
 from backfill_assets.defs.layers import raw
 from backfill_assets.defs.layers.common import (
-    SINGLE_RUN,
     refuse,
     release_input,
     run_lineage,
     shadow_out,
     with_lineage,
 )
-from backfill_assets.defs.partitions import hourly_partitions
+from backfill_assets.defs.partitions import RUN_POLICY, hourly_partitions
 from backfill_assets.defs.resources.launch_form import LaunchForm
 from backfill_assets.release.holds import refuse_if_held
 from backfill_assets.release.keys import table_key
@@ -58,7 +57,7 @@ LAYER = TRANSFORMED
         )
     },
     partitions_def=hourly_partitions,
-    backfill_policy=SINGLE_RUN,
+    backfill_policy=RUN_POLICY,
     can_subset=False,
 )
 def transformed_shadow(

@@ -12,9 +12,10 @@ from pyspark.sql import functions as F
 
 from backfill_assets.core import tags
 from backfill_assets.core.hours import backup_hour_path
+from backfill_assets.core.reporting.verdicts import held_back_verdict
 from backfill_assets.core.warehouse import audit, gates, publisher
 from backfill_assets.core.warehouse.tables import partition_locations
-from backfill_assets.defs.publish import PublishConfig, approval_of, held_back_verdict
+from backfill_assets.defs.publish import PublishConfig, approval_of
 from backfill_assets_tests.helpers.backups import write_backup_folder, zst
 
 SMALL, LARGE = "2026-11-20T00", "2026-11-20T01"
