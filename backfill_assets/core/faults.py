@@ -15,6 +15,7 @@ from backfill_assets.settings import pause_at, pause_fifo
 SHADOW_WRITE = "shadow.write"  # inside the Spark job that writes a shadow table
 PUBLISH_SWAP = "publish.swap"  # after the first partition's pointer swap, before the rest
 SESSIONS_BUILD = "sessions.build"  # at the start of the session layer's build step
+RAW_BUILD = "raw.build"  # "raw.build.<first hour>": the raw build of the run from that hour
 
 
 def armed(name: str) -> bool:

@@ -128,9 +128,10 @@ def test_a_chunked_release_resumes_only_its_killed_chunk_and_publishes_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     """Runs of ``BACKFILL_HOURS_PER_RUN=2`` hours: the tree's four hours are two chunks per
-    layer. A run of the raw layer is SIGKILLed in its shadow write: the other chunk's runs
-    go on, the release publishes nothing. ``resume`` builds the killed chunk's hours only
-    (the other chunk's raw run is not repeated) and publishes the whole release once."""
+    layer. The raw run of the second chunk is SIGKILLed as it starts building: the first
+    chunk's runs are done or go on, the release publishes nothing. ``resume`` builds the
+    killed chunk's hours only (the other chunk's raw run is not repeated) and publishes the
+    whole release once."""
     env, settings = operator_tree(tmp_path, monkeypatch)
     env.update(
         BACKFILL_HOURS_PER_RUN="2",
@@ -139,10 +140,12 @@ def test_a_chunked_release_resumes_only_its_killed_chunk_and_publishes_once(
     )
     fifo = tmp_path / "pause.fifo"
     command = ["backfill", "--from", FIRST, "--to", LAST, "--reason", "in chunks"]
-    with cli_at_fault(command, env, fifo, faults.SHADOW_WRITE) as first:
+    second_chunk = f"{faults.RAW_BUILD}.2026-11-20T02"
+    with cli_at_fault(command, env, fifo, second_chunk) as first:
         found = processes_with(f"BACKFILL_ASSETS_PAUSE_FIFO={fifo}")
         paused = [pid for pid, described in found.items() if RUN_WORKER in described]
-        os.kill(paused[0], signal.SIGKILL)  # one raw chunk's run (the first to write)
+        assert len(paused) == 1, found
+        os.kill(paused[0], signal.SIGKILL)
         assert first.wait(timeout=DEADLINE_SECONDS) == 1
     instance = get_instance(settings)
     [release] = [
@@ -168,7 +171,14 @@ def test_a_chunked_release_resumes_only_its_killed_chunk_and_publishes_once(
         if raw_key in (r.asset_selection or ())
         for hour in tags.partition_range(r.tags)
     }
-    assert rebuilt == set(tags.partition_range(killed.tags))  # the killed chunk only
+    assert (
+        rebuilt
+        == set(tags.partition_range(killed.tags))
+        == {
+            "2026-11-20T02",
+            "2026-11-20T03",
+        }
+    )  # the killed chunk only
     commits = audit.rows(
         settings.warehouse_dir, audit.PUBLICATIONS, {"backfill_id": release, "phase": "commit"}
     )

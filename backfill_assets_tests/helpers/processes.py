@@ -14,6 +14,7 @@ its group (``kill_group``): a command's daemon, code server, runs and JVMs with 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
@@ -282,6 +283,16 @@ def cli_at_fault(
             yield process
         finally:
             kill_group_if_running(process)
+            kill_inheriting(f"BACKFILL_ASSETS_PAUSE_FIFO={fifo}")
+
+
+def kill_inheriting(setting: str) -> None:
+    """SIGKILL every process whose environment holds ``setting``: what a command started
+    and left behind when it was killed (its daemon's code server, a run held at a fault
+    point), so that a failed test leaves no process."""
+    for pid in processes_with(setting):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 # -- Dagster's daemon ---------------------------------------------------------------------

@@ -6,6 +6,7 @@ import dagster as dg
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from backfill_assets.core import faults
 from backfill_assets.core.backups.inventory import take_inventory
 from backfill_assets.core.backups.reader import read_folders
 from backfill_assets.core.backups.store import BackupStore
@@ -182,6 +183,7 @@ def raw_shadow(
     refuse_if_held(context)  # an earlier release in flight holds some of its hours
     started = time.monotonic()
     hours = list(context.partition_keys)
+    faults.checkpoint(f"{faults.RAW_BUILD}.{hours[0]}")
     inventory, hour_files = _inventory(context, backups, hours)
     folders = [f for h in inventory.values() for f in h.folders if f.closed]
     files = [f for listed in hour_files.values() for f in listed]
