@@ -216,9 +216,11 @@ def evaluate_rules(
     by: tuple[str, ...] = (),
     extra: Mapping[str, Column] | None = None,
 ) -> rules.RuleReport:
-    """``rules.evaluate`` of ``version`` of ``table``: with the counts the build that wrote
-    it kept (``rules.precount``, a build run), else counted in one scan of ``df``."""
-    counted = rules.precounted(df.sparkSession, table, version, model, by)
+    """``rules.evaluate`` of ``version`` of ``table``: in the run that built it, with the
+    counts the build kept (``rules.precount``); else (a check run alone, a re-check) counted
+    in one scan of ``df``."""
+    built_here = version == run_id(context.run.run_id)
+    counted = rules.precounted(df.sparkSession, table, version, model, by) if built_here else None
     report = rules.evaluate(df, model, example_columns, by=by, extra=extra, counted=counted)
     if counted is not None:
         context.log.info(f"{check_name}: {PRECOUNTED_LOG}")
