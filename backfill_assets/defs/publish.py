@@ -368,6 +368,7 @@ def publish_release(
     waiting = None if config.release_id or config.first_hour else _waiting(context, spark, release)
     if waiting:  # a chunk of a long release: the run that builds its last hours publishes
         context.log.info(waiting)
+        yield dg.MaterializeResult(metadata={"release_id": release, "deferred": waiting})
         return
     if tags_now.get(tags.MODE) == "dry_run":
         yield _dry_run(context, layers, release)
