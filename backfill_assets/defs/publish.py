@@ -420,6 +420,8 @@ def publish_release(
 
 
 def _waiting(context: dg.AssetExecutionContext, spark, release: str) -> str | None:
+    if context.instance.get_backfill(release) is None:  # a release that is no backfill
+        return None
     graph = context.repository_def.asset_graph
     return progress.waiting_line(context.instance, graph, spark, release, list(LAYERS.values()))
 
