@@ -33,6 +33,7 @@ from backfill_assets_tests.helpers.processes import (
 pytestmark = pytest.mark.slow
 
 FIRST, LAST = "2026-11-20T00", "2026-11-20T03"  # every hour of the tree: nothing unpublished
+TREE = ("2026-11-20T00", "2026-11-20T01", "2026-11-20T02", "2026-11-20T03")
 DEADLINE_SECONDS = 600
 RUN_WORKER = "spawn_main"  # a run's process: the code server starts it by multiprocessing
 RECEIVED_SHADOWS = {table_key(t) for t in ("shadow.raw_payloads", "shadow.transformed_payloads")}
@@ -63,6 +64,26 @@ def published_sessions(warehouse_dir: str, release: str) -> dict[str, set[tuple]
             for r in rows
         }
     return found
+
+
+def published_once_and_right(settings, release: str) -> set[str]:
+    """Asserts the release published in one ledger transaction, every layer, and sessions
+    equal to the referee's; returns the raw hours it published."""
+    where = {"backfill_id": release, "phase": "commit"}
+    commits = audit.rows(settings.warehouse_dir, audit.PUBLICATIONS, where)
+    assert len({c["txn_id"] for c in commits}) == 1
+    assert {c["table_name"] for c in commits} >= {
+        "raw.payloads",
+        "transformed.payloads",
+        "aggregated.sessions",
+        "aggregated.client_hourly",
+    }
+    sessions = published_sessions(settings.warehouse_dir, release)
+    truth = expected.sessions(expected.read_deliveries(settings.backup_root), sorted(sessions))
+    assert sessions and sessions == {
+        hour: {expected.session_key(s) for s in found} for hour, found in truth.items()
+    }
+    return {c["hour"] for c in commits if c["table_name"] == "raw.payloads"}
 
 
 def test_a_killed_release_resumes_building_only_what_it_lacked_and_publishes_once(
@@ -104,22 +125,7 @@ def test_a_killed_release_resumes_building_only_what_it_lacked_and_publishes_onc
     assert not [k for r in again for k in (r.asset_selection or ()) if k in RECEIVED_SHADOWS]
     assert all(tags.release_id(r.tags, r.run_id) == release for r in again)
 
-    # published once, as the one release, and right
-    commits = audit.rows(
-        settings.warehouse_dir, audit.PUBLICATIONS, {"backfill_id": release, "phase": "commit"}
-    )
-    assert len({c["txn_id"] for c in commits}) == 1
-    assert {c["table_name"] for c in commits} >= {
-        "raw.payloads",
-        "transformed.payloads",
-        "aggregated.sessions",
-        "aggregated.client_hourly",
-    }
-    sessions = published_sessions(settings.warehouse_dir, release)
-    truth = expected.sessions(expected.read_deliveries(settings.backup_root), sorted(sessions))
-    assert sessions and sessions == {
-        hour: {expected.session_key(s) for s in found} for hour, found in truth.items()
-    }
+    assert published_once_and_right(settings, release) == set(TREE)
     report = cli(env, "report", "--backfill", release)
     assert report.returncode == 0, report.output
 
@@ -179,18 +185,4 @@ def test_a_chunked_release_resumes_only_its_killed_chunk_and_publishes_once(
             "2026-11-20T03",
         }
     )  # the killed chunk only
-    commits = audit.rows(
-        settings.warehouse_dir, audit.PUBLICATIONS, {"backfill_id": release, "phase": "commit"}
-    )
-    assert len({c["txn_id"] for c in commits}) == 1
-    assert {c["hour"] for c in commits if c["table_name"] == "raw.payloads"} == {
-        "2026-11-20T00",
-        "2026-11-20T01",
-        "2026-11-20T02",
-        "2026-11-20T03",
-    }
-    sessions = published_sessions(settings.warehouse_dir, release)
-    truth = expected.sessions(expected.read_deliveries(settings.backup_root), sorted(sessions))
-    assert sessions and sessions == {
-        hour: {expected.session_key(s) for s in found} for hour, found in truth.items()
-    }
+    assert published_once_and_right(settings, release) == set(TREE)
