@@ -30,6 +30,11 @@ BAD = [
     ("BACKFILL_VACUUM_SCHEDULE", "daily", "expected on or off"),
     ("BACKFILL_LOCK_TIMEOUT_SECONDS", "forever", "is not a number of seconds"),
     ("BACKFILL_MAX_LINE_BYTES", "12", "must be at least 1024 bytes"),
+    ("BACKFILL_MAX_PART_EXPANDED_BYTES", "half a gig", "is not a whole number of bytes"),
+    ("BACKFILL_MAX_MANIFEST_BYTES", "0", "must be at least 1024 bytes"),
+    ("BACKFILL_RECONCILE_INTERVAL_SECONDS", "0", "must be at least 1"),
+    ("BACKFILL_RECONCILE_GRACE_HOURS", "-1", "must be at least 0"),
+    ("BACKFILL_HOURS_PER_RUN", "a day", "is not a whole number"),
     ("BACKFILL_ENV", "staging", "is not one of local, production"),
 ]
 
