@@ -173,6 +173,7 @@ def _follow(
     run_id=None,
     report_id=None,
     supervisor=None,
+    progress=None,
 ) -> int:
     """Follow a backfill (or run) to its end, through ``supervisor`` (a new one if None);
     ``report_id``: the release its report is of (a publish's own backfill holds only the
@@ -189,10 +190,16 @@ def _follow(
                 run_id=run_id,
                 report_id=report_id,
                 supervisor=own,
+                progress=progress,
             )
     try:
         outcome = launch.follow(
-            instance, backfill_id=backfill_id, run_id=run_id, supervisor=supervisor, on_run=_show
+            instance,
+            backfill_id=backfill_id,
+            run_id=run_id,
+            supervisor=supervisor,
+            on_run=_show,
+            progress=progress,
         )
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the supervisor stops what it started
         print(interrupted_note(supervisor, backfill_id or run_id), file=sys.stderr)
@@ -360,7 +367,12 @@ def _run_backfill(args, hours: list[str], layers: list[str], context, supervisor
     )
     if args.no_wait:
         return 0
-    return _follow(settings, instance, kind, backfill_id=backfill_id, supervisor=supervisor)
+    from backfill_assets.release.pace import reporter
+
+    progress = reporter(settings, defs.resolve_asset_graph(), instance, backfill_id)
+    return _follow(
+        settings, instance, kind, backfill_id=backfill_id, supervisor=supervisor, progress=progress
+    )
 
 
 def run_publish(args: argparse.Namespace) -> int:
