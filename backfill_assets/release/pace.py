@@ -28,9 +28,9 @@ import dagster as dg
 
 from backfill_assets.core import tags
 from backfill_assets.core.names import LAYERS, Layer
-from backfill_assets.core.warehouse import audit
+from backfill_assets.core.warehouse import audit, ledger_file
 from backfill_assets.release.progress import targeted
-from backfill_assets.settings import Settings, progress_seconds
+from backfill_assets.settings import Settings, ledger_url, progress_seconds
 
 log = logging.getLogger(__name__)
 # A backfill's statuses once it has ended (``launch.follow`` waits for one of them).
@@ -104,7 +104,11 @@ class Progress:
 def ledger_figures(
     warehouse_dir: str, release: str, layers: Sequence[Layer]
 ) -> dict[str, tuple[set[str], set[str]]]:
-    """Layer -> (hours built, hours checked) of the release, from the ledger (SQL)."""
+    """Layer -> (hours built, hours checked) of the release, from the ledger (SQL); nothing
+    while a SQLite ledger does not exist yet (the first run creates it: not this reader)."""
+    db = ledger_file.sqlite_file(ledger_url(warehouse_dir))
+    if db is not None and not db.exists():
+        return {}
     of_table = {layer.checked_table: layer for layer in layers}
     where = {"release_id": release, "table_name": list(of_table)}
     newest: dict[tuple[str, str], str] = {}

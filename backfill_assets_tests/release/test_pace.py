@@ -81,6 +81,8 @@ def test_built_and_checked_come_from_the_ledger_newest_candidate(tmp_path: Path)
         for h, v in ((hours[0], "v0"), (hours[1], "v1"))
         for name in raw.checks
     ]  # fmt: skip
+    assert ledger_figures(warehouse, "r1", list(LAYERS.values())) == {}  # no ledger yet
+    assert not (tmp_path / "data").exists()  # and none created by asking
     with database.transaction(warehouse) as connection:
         audit.insert(connection, audit.SHADOW_PARTITIONS, [*candidates, other])
         audit.insert(connection, audit.CHECK_RESULTS, results)
