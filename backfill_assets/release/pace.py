@@ -92,8 +92,11 @@ class Progress:
         parts.append(f"{self.runs_done} of {self.runs} run(s) done")
         if self.elapsed is not None:
             parts[-1] += f" in {duration(self.elapsed)}"
+        done, total = self.figures
         if self.finished:
             parts.append("finished")
+        elif total and done >= total:
+            parts.append("every hour built and checked")
         elif self.left is None:
             parts.append("time left unknown until an hour is built")
         else:

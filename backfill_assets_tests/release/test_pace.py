@@ -39,6 +39,8 @@ def test_the_line_names_every_layer_the_runs_and_the_time_left() -> None:
         .endswith("0 of 1 run(s) done; time left unknown until an hour is built")
     )
     assert Progress(layers, 7, 7, 600.0, 0.0, finished=True).line().endswith("; finished")
+    complete = (LayerProgress("raw", 2, 2, 2),)  # the backfill not marked ended yet
+    assert Progress(complete, 1, 1, 60.0, 0.0).line().endswith("; every hour built and checked")
 
 
 def test_the_reporter_prints_at_its_own_pace_and_when_a_run_ends() -> None:
