@@ -322,6 +322,40 @@ def hours_per_run(env: Mapping[str, str] | None = None) -> int:
     return env_int(_environ(env), HOURS_PER_RUN_ENV, DEFAULT_HOURS_PER_RUN, 1)
 
 
+# ---------------------------------------------------------- a release's cost and progress
+MAX_CORE_HOURS_ENV = "BACKFILL_MAX_CORE_HOURS"
+DEFAULT_MAX_CORE_HOURS = 24.0
+PROGRESS_SECONDS_ENV = "BACKFILL_PROGRESS_SECONDS"
+DEFAULT_PROGRESS_SECONDS = 30
+
+
+def max_core_hours(env: Mapping[str, str] | None = None) -> float | None:
+    """``BACKFILL_MAX_CORE_HOURS`` (24): the estimated executor core-hours above which a
+    release needs ``--approve-cost --reason``; ``0`` or ``off``: no cap (unset or empty:
+    the default, as every other variable)."""
+    text = (_environ(env).get(MAX_CORE_HOURS_ENV) or "").strip().lower()
+    if not text:
+        return DEFAULT_MAX_CORE_HOURS
+    if text == "off":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise SettingsError(
+            f"{MAX_CORE_HOURS_ENV}={text!r}: expected a number of core-hours such as 24 "
+            f"(0 or off: no cap)"
+        )
+    return value or None
+
+
+def progress_seconds(env: Mapping[str, str] | None = None) -> int:
+    """``BACKFILL_PROGRESS_SECONDS`` (30): how often ``backfill`` prints its progress line
+    while it follows a release (and once when a run ends)."""
+    return env_int(_environ(env), PROGRESS_SECONDS_ENV, DEFAULT_PROGRESS_SECONDS, 1, " seconds")
+
+
 # ------------------------------------------------------------------ the change gates
 GATE_MAX_DECREASE_ENV = "BACKFILL_GATE_MAX_DECREASE"
 GATE_MAX_INCREASE_ENV = "BACKFILL_GATE_MAX_INCREASE"
@@ -396,6 +430,8 @@ def check_environment(env: Mapping[str, str] | None = None) -> None:
     partition_span(env)
     max_range_hours(1, env)
     hours_per_run(env)
+    max_core_hours(env)
+    progress_seconds(env)
     lock_timeout_seconds(env)
     ReadLimits.from_env(env)
     gate_limits(env)

@@ -35,6 +35,10 @@ BAD = [
     ("BACKFILL_RECONCILE_INTERVAL_SECONDS", "0", "must be at least 1"),
     ("BACKFILL_RECONCILE_GRACE_HOURS", "-1", "must be at least 0"),
     ("BACKFILL_HOURS_PER_RUN", "a day", "is not a whole number"),
+    ("BACKFILL_MAX_CORE_HOURS", "lots", "expected a number of core-hours such as 24"),
+    ("BACKFILL_MAX_CORE_HOURS", "-3", "expected a number of core-hours such as 24"),
+    ("BACKFILL_PROGRESS_SECONDS", "0", "must be at least 1 seconds"),
+    ("BACKFILL_PROGRESS_SECONDS", "often", "is not a whole number of seconds"),
     ("BACKFILL_ENV", "staging", "is not one of local, production"),
 ]
 

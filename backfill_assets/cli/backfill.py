@@ -61,6 +61,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "beyond the limits), recorded with --requested-by and --reason",
     )
     p.add_argument(
+        "--approve-cost",
+        action="store_true",
+        help="launch although the estimate is above $BACKFILL_MAX_CORE_HOURS executor "
+        "core-hours (needs --reason; recorded in the release's tags)",
+    )
+    p.add_argument(
         "--max-hours",
         type=int,
         default=None,
@@ -167,6 +173,7 @@ def _follow(
     run_id=None,
     report_id=None,
     supervisor=None,
+    progress=None,
 ) -> int:
     """Follow a backfill (or run) to its end, through ``supervisor`` (a new one if None);
     ``report_id``: the release its report is of (a publish's own backfill holds only the
@@ -183,10 +190,16 @@ def _follow(
                 run_id=run_id,
                 report_id=report_id,
                 supervisor=own,
+                progress=progress,
             )
     try:
         outcome = launch.follow(
-            instance, backfill_id=backfill_id, run_id=run_id, supervisor=supervisor, on_run=_show
+            instance,
+            backfill_id=backfill_id,
+            run_id=run_id,
+            supervisor=supervisor,
+            on_run=_show,
+            progress=progress,
         )
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the supervisor stops what it started
         print(interrupted_note(supervisor, backfill_id or run_id), file=sys.stderr)
@@ -251,6 +264,8 @@ def validate_backfill(args: argparse.Namespace) -> tuple[list[str], list[str]]:
         if cap < 1:
             raise ValueError(f"--max-hours {cap}: the cap on a range's hours must be at least 1")
         hours = range_hours(args.first, args.last, cap)
+        if getattr(args, "approve_cost", False) and not (args.reason or "").strip():
+            raise ValueError("--approve-cost needs --reason: why the cost is right")
         layers = plan.release_layers(args.layers.split(","), downstream=not args.no_downstream)
     except (InvalidHourError, ValueError) as exc:
         raise CommandError(str(exc)) from None
@@ -319,14 +334,10 @@ def _run_backfill(args, hours: list[str], layers: list[str], context, supervisor
         extra[tags.ALLOW_MISSING_HOURS] = "true"
     if args.approve_changes:
         extra[tags.APPROVE_CHANGES] = "true"
-    if "raw" in layers:  # the release reads backups: how long should it take?
-        from backfill_assets.defs.resources import BACKUPS
-        from backfill_assets.release.estimate import estimate
+    if "raw" in layers:  # the release reads backups: how long should it take, at what cost?
+        from backfill_assets.cli.cost import estimate_tags
 
-        guess = estimate(instance, defs.resources[BACKUPS], hours)
-        print(guess.line())
-        if guess.seconds is not None:
-            extra[tags.ESTIMATE_SECONDS] = f"{guess.seconds:.0f}"
+        extra.update(estimate_tags(args, context, hours))
     selection = keys.release_selection(defs, layers, publish=not args.dry_run)
     kind = "dry run" if args.dry_run else "backfill"
     held = release_hours(layers, args.first, args.last)
@@ -356,7 +367,12 @@ def _run_backfill(args, hours: list[str], layers: list[str], context, supervisor
     )
     if args.no_wait:
         return 0
-    return _follow(settings, instance, kind, backfill_id=backfill_id, supervisor=supervisor)
+    from backfill_assets.release.pace import reporter
+
+    progress = reporter(settings, defs.resolve_asset_graph(), instance, backfill_id)
+    return _follow(
+        settings, instance, kind, backfill_id=backfill_id, supervisor=supervisor, progress=progress
+    )
 
 
 def run_publish(args: argparse.Namespace) -> int:

@@ -55,6 +55,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
+def progress_line(settings, release: str) -> str:
+    """The release's progress (``release.pace``: hours built and checked of its target per
+    layer, runs done, elapsed, time left while it runs), "" for no backfill of its own."""
+    from backfill_assets.core.names import LAYERS
+    from backfill_assets.definitions import build_definitions
+    from backfill_assets.release import pace
+    from backfill_assets.release.instance import get_instance
+
+    graph = build_definitions(settings).resolve_asset_graph()
+    progress = pace.release_progress(
+        get_instance(settings), graph, settings.warehouse_dir, release, list(LAYERS.values())
+    )
+    return progress.line() if progress is not None else ""
+
+
 def run(args: argparse.Namespace) -> int:
     from backfill_assets.core.names import LAYERS, Layer
     from backfill_assets.core.reporting.diff import DiffCounts, diff_layer
@@ -82,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
         )
     except ReportError as exc:
         raise CommandError(str(exc)) from None
+    if args.backfill:
+        report.progress = progress_line(settings, args.backfill)
     ident = args.run or args.backfill
     out = args.out or f"{settings.reports_dir}/{re.sub(r'[^A-Za-z0-9_.-]', '_', ident)}"
     markdown, chart = report.write(out)

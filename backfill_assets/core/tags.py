@@ -19,6 +19,7 @@ ERASURE = f"{PREFIX}/erasure"  # the erasure (its erase_user run) a release was 
 ALLOW_MISSING_HOURS = f"{PREFIX}/allow_missing_hours"  # "true" or comma-separated hours
 # "true": the requester approves, at launch, the change gates' findings of the release
 APPROVE_CHANGES = f"{PREFIX}/approve_changes"
+APPROVE_COST = f"{PREFIX}/approve_cost"  # the estimated core-hours approved over the cap
 ALLOW_SHRINK = f"{PREFIX}/allow_shrink"  # the former name of APPROVE_CHANGES, still honoured
 USER = "dagster/user"  # the Dagster user who launched the run, where the deployment has users
 RELEASE = f"{PREFIX}/release"  # the release a run builds into or publishes (default: backfill)

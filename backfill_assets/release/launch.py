@@ -40,6 +40,7 @@ from backfill_assets.core.text import one_line
 from backfill_assets.release.keys import PUBLISH_KEY
 from backfill_assets.release.orphans import fail_orphaned_runs
 from backfill_assets.release.outcomes import summarize
+from backfill_assets.release.pace import FINISHED, RUN_DONE
 from backfill_assets.settings import PROJECT_ROOT, Settings, graphql_url
 
 log = logging.getLogger(__name__)
@@ -47,8 +48,6 @@ log = logging.getLogger(__name__)
 WORKSPACE = PROJECT_ROOT / "workspace.yaml"
 LOCATION = "backfill_assets"
 REPOSITORY = "__repository__"
-FINISHED = {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"}
-RUN_DONE = {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
 IN_FLIGHT = [
     dg.DagsterRunStatus.QUEUED,
     dg.DagsterRunStatus.NOT_STARTED,
@@ -399,6 +398,13 @@ class Supervisor(Protocol):
     def kick(self) -> None: ...
 
 
+class Ticker(Protocol):
+    """What ``follow`` asks of a progress reporter (``release.pace.Reporter``): called at
+    every poll, it prints at its own pace, and when a run ended (``ended``)."""
+
+    def tick(self, ended: bool = False) -> None: ...
+
+
 def follow(
     instance: dg.DagsterInstance,
     *,
@@ -407,10 +413,12 @@ def follow(
     supervisor: Supervisor | None = None,
     on_run: Callable[[RunSummary], None] | None = None,
     poll_seconds: float = 0.5,
+    progress: Ticker | None = None,
 ) -> BackfillOutcome:
     """Wait until the backfill (or the single run) is finished, reporting each run as it
     ends; keeps a daemon running through ``supervisor``, kicked when every run has ended
-    (its iteration launches the next run, or ends the backfill, now, not in up to 30 s)."""
+    (its iteration launches the next run, or ends the backfill, now, not in up to 30 s);
+    ``progress`` is ticked at every poll (it prints at its own pace)."""
 
     reported: dict[str, RunSummary] = {}
     while True:
@@ -439,6 +447,8 @@ def follow(
                 ended = True
                 if on_run:
                     on_run(reported[run.run_id])
+        if progress is not None:
+            progress.tick(ended)
         active = [r for r in runs if r.status not in RUN_DONE]
         if status in FINISHED and not active:
             ordered = sorted(reported.values(), key=lambda r: r.run_id)

@@ -23,6 +23,7 @@ from backfill_assets.defs.sensors.reconciliation import SENSOR_NAME
 from backfill_assets.release.holds import HELD_BY, in_flight
 from backfill_assets.release.instance import get_instance
 from backfill_assets_tests.helpers.processes import (
+    cli,
     kill_group_if_running,
     operator_tree,
     processes_with,
@@ -47,6 +48,7 @@ def test_overlapping_cli_backfills_one_proceeds_the_other_is_refused_and_the_sen
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     env, settings = operator_tree(tmp_path, monkeypatch)
+    env["BACKFILL_PROGRESS_SECONDS"] = "1"  # a progress line every second while following
     hours = ["--layers", "raw", "--no-downstream"]
     first = ["--from", "2026-11-20T00", "--to", "2026-11-20T01", "--layers", "raw,transformed"]
     commands = {  # two layers chained in one backfill that publishes; a raw-only dry run
@@ -120,6 +122,19 @@ def test_overlapping_cli_backfills_one_proceeds_the_other_is_refused_and_the_sen
         assert "SessionHiveMetaStoreClient" not in outputs[name]
         assert "estimate: " in outputs[name]  # printed before launching (nothing measured)
         assert launched[name] in outputs[name]  # the CLI named its backfill
+        progress = [x for x in outputs[name].splitlines() if x.startswith("progress: ")]
+        assert progress and "run(s) done" in progress[-1], outputs[name][-4000:]
+    # the dry run queued behind the winner: several lines, the last with its hour built
+    # and checked; the report gives the same figures
+    dry_lines = [x for x in outputs["dry"].splitlines() if x.startswith("progress: ")]
+    assert (
+        len(dry_lines) >= 2
+        and "raw 1/1 h built, 1/1 checked; 1 of 1 run(s) done" in (dry_lines[-1])
+    ), outputs["dry"][-4000:]
+    shown = cli(env, "report", "--backfill", launched["dry"], "--no-diff")
+    assert shown.returncode == 0, shown.output[-3000:]
+    assert "progress: raw 1/1 h built, 1/1 checked; 1 of 1 run(s) done in " in shown.stdout
+    assert shown.stdout.split("progress: ")[1].splitlines()[0].endswith("; finished")
     backfills = {b.backfill_id: b for b in instance.get_backfills()}
     runs = {
         name: instance.get_runs(filters=dg.RunsFilter(tags={tags.DAGSTER_BACKFILL: bid}))

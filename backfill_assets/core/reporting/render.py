@@ -133,6 +133,7 @@ class BackfillReport:
     release_id: str = ""
     dry_run: bool = False  # nothing of the release is published (yet)
     cancelled: str = ""  # "cancelled by X at T ...": the release was stopped
+    progress: str = ""  # "progress: raw 4/4 h built, ...": hours built and checked, runs, time
 
     def _sessions(self) -> tuple[int, int, int] | None:
         rows = [
@@ -150,6 +151,9 @@ class BackfillReport:
     def _differs(self, p: PartitionRows) -> bool:
         d = (self.diff or {}).get(p.table, {}).get(p.hour)
         return p.after != p.before or (d is not None and d.differs)
+
+    def _progress(self) -> list[str]:
+        return [self.progress] if self.progress else []
 
     def headline(self) -> list[str]:
         """The summary lines: hours repaired, sessions, checks, time and throughput."""
@@ -379,7 +383,8 @@ class BackfillReport:
         return _table(header, rows, md, indent="" if md else "  ")
 
     def text(self) -> str:
-        summary = [*self.headline(), *self.truth, *self.provisional(), *self.held_back()]
+        summary = [*self.headline(), *self._progress(), *self.truth, *self.provisional()]
+        summary += self.held_back()
         lines = [f"Backfill report: {self.ident}", *(one_line(line) for line in summary)]
         partitions = self._partition_lines(md=False)
         if partitions:
@@ -394,7 +399,8 @@ class BackfillReport:
         """The report in Markdown; ``chart``: the PNG's file name, or None for the chart
         drawn in text (where no image can be shown: the Dagster UI's metadata)."""
         lines = [f"# Backfill report: {markdown_text(self.ident)}", "", "## Summary", ""]
-        summary = [*self.headline(), *self.truth, *self.provisional(), *self.held_back()]
+        summary = [*self.headline(), *self._progress(), *self.truth, *self.provisional()]
+        summary += self.held_back()
         lines += [f"- {markdown_text(line)}" for line in summary]
         if chart:
             lines += ["", f"![rows per hour, before and after]({chart})"]

@@ -15,6 +15,8 @@ and the Dagster instance: it never starts Spark in the daemon. It then
   (the UI shows the backfill and its runs as launched by this sensor and lists them on
   its page), oldest first, at most
   ``BACKFILL_MAX_HOURS_PER_TICK`` hours;
+- never submits a release estimated above ``BACKFILL_MAX_CORE_HOURS`` (``over_cost``):
+  the tick's reason and its log name it and the command that launches it with approval;
 - never requests twice: hours that a queued or running run rebuilds are skipped, the
   cursor remembers the damage each requested hour was requested for (same damage, no
   new request, even if that run failed: a person looks), and each request has a run key.
@@ -25,7 +27,7 @@ partitions are built) and queues the runs under the instance's limits.
 
 import json
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -39,7 +41,7 @@ from backfill_assets.core.plan import LAYERS, plan_ranges, release_layers
 from backfill_assets.core.reconcile.findings import ReconcileConfig, describe_hours, digest
 from backfill_assets.core.reconcile.requests import RangeRequest, Reconciliation
 from backfill_assets.core.warehouse import database
-from backfill_assets.release import holds, keys, launch
+from backfill_assets.release import estimate, holds, keys, launch
 from backfill_assets.release.keys import table_key
 from backfill_assets.release.orphans import fail_orphaned_runs
 from backfill_assets.release.state import (
@@ -48,7 +50,7 @@ from backfill_assets.release.state import (
     reconcile,
     reconcile_window,
 )
-from backfill_assets.settings import Settings
+from backfill_assets.settings import Settings, max_core_hours
 
 SENSOR_NAME = "reconciliation_sensor"
 # The message of a tick that found nothing (the tick history shows it; the demo reads it).
@@ -120,11 +122,40 @@ def releases(requests: Sequence[RangeRequest]) -> list[tuple[RangeRequest, list[
     return result
 
 
-def submit_releases(evaluation: "Evaluation", settings: Settings) -> list[str]:
-    """Submit the evaluation's releases as Dagster asset backfills; their ids."""
+def over_cost(
+    instance: dg.DagsterInstance, backups: BackupStore, settings: Settings, request, layers
+) -> str | None:
+    """Why a release the sensor would submit is not submitted: its estimate is above
+    ``BACKFILL_MAX_CORE_HOURS`` (``release.estimate``; the CLI's ``--approve-cost`` is an
+    operator's decision, the sensor takes none); None: under the cap, or it reads no backups."""
+    cap = max_core_hours()
+    if cap is None or "raw" not in layers:
+        return None
+    hours = hour_range(request.first, request.last)
+    guess = estimate.estimate(instance, backups, hours, estimate.configured_cores(settings))
+    if not estimate.over_cap(guess.core_hours, cap):
+        return None
+    what = f"release of {request.layer} {request.first}..{request.last}"
+    return (
+        f"{estimate.refusal(guess, cap, what)} (`backfill-assets backfill --from "
+        f"{request.first} --to {request.last} --layers {request.layer}`)"
+    )
 
-    ids = []
+
+def submit_releases(
+    evaluation: "Evaluation",
+    settings: Settings,
+    over_cap: Callable[[RangeRequest, list[str]], str | None] = lambda request, layers: None,
+) -> tuple[list[str], list[str]]:
+    """Submit the evaluation's releases as Dagster asset backfills: their ids, and the
+    refusals of those ``over_cap`` refuses (not submitted)."""
+
+    ids, refused = [], []
     for request, layers in releases(evaluation.requests):
+        refusal = over_cap(request, layers)
+        if refusal:
+            refused.append(refusal)
+            continue
         # the release's own tags: not the per-range ones (partition range, root layer)
         run_tags = {
             k: v
@@ -142,7 +173,7 @@ def submit_releases(evaluation: "Evaluation", settings: Settings) -> list[str]:
                 description=request.reason,
             )
         )
-    return ids
+    return ids, refused
 
 
 @dataclass
@@ -398,12 +429,21 @@ def build_reconciliation_sensor(config: ReconcileConfig | None = None) -> dg.Sen
         if evaluation.reconciliation is not None:
             for line in evaluation.reconciliation.lines():
                 context.log.info(line)
-        submitted = submit_releases(evaluation, Settings.from_env())
-        if submitted:
-            context.log.info(f"submitted release(s) {', '.join(submitted)}")
+        settings = Settings.from_env()
+        submitted, refused = submit_releases(
+            evaluation,
+            settings,
+            lambda request, layers: over_cost(context.instance, backups, settings, request, layers),
+        )
+        for line in refused:
+            context.log.warning(line)
+        if submitted or refused:
+            if submitted:
+                context.log.info(f"submitted release(s) {', '.join(submitted)}")
+            said = [f"submitted release(s) {', '.join(submitted)}"] if submitted else []
+            said += [f"not submitted: {line}" for line in refused]
             return dg.SensorResult(
-                skip_reason=f"submitted release(s) {', '.join(submitted)} "
-                f"for {evaluation.request_id}",
+                skip_reason=f"{'; '.join(said)} for {evaluation.request_id}",
                 asset_events=evaluation.result.asset_events,
                 cursor=evaluation.result.cursor,
             )
