@@ -356,6 +356,17 @@ def progress_seconds(env: Mapping[str, str] | None = None) -> int:
     return env_int(_environ(env), PROGRESS_SECONDS_ENV, DEFAULT_PROGRESS_SECONDS, 1, " seconds")
 
 
+SHORT_RUN_BYTES_ENV = "BACKFILL_SHORT_RUN_BYTES"
+DEFAULT_SHORT_RUN_BYTES = 16 * 1024 * 1024
+
+
+def short_run_bytes(env: Mapping[str, str] | None = None) -> int:
+    """``BACKFILL_SHORT_RUN_BYTES`` (16 MiB; 0: never): a release that reads at most this
+    many backup bytes (the estimate ``backfill`` tags it with) starts its runs' JVMs for a
+    short life (``core.spark.session.SHORT_RUN_JAVA_OPTIONS``)."""
+    return env_int(_environ(env), SHORT_RUN_BYTES_ENV, DEFAULT_SHORT_RUN_BYTES, 0, " bytes")
+
+
 # ------------------------------------------------------------------ the change gates
 GATE_MAX_DECREASE_ENV = "BACKFILL_GATE_MAX_DECREASE"
 GATE_MAX_INCREASE_ENV = "BACKFILL_GATE_MAX_INCREASE"
@@ -432,6 +443,7 @@ def check_environment(env: Mapping[str, str] | None = None) -> None:
     hours_per_run(env)
     max_core_hours(env)
     progress_seconds(env)
+    short_run_bytes(env)
     lock_timeout_seconds(env)
     ReadLimits.from_env(env)
     gate_limits(env)

@@ -39,6 +39,7 @@ BAD = [
     ("BACKFILL_MAX_CORE_HOURS", "-3", "expected a number of core-hours such as 24"),
     ("BACKFILL_PROGRESS_SECONDS", "0", "must be at least 1 seconds"),
     ("BACKFILL_PROGRESS_SECONDS", "often", "is not a whole number of seconds"),
+    ("BACKFILL_SHORT_RUN_BYTES", "16M", "is not a whole number of bytes"),
     ("BACKFILL_ENV", "staging", "is not one of local, production"),
 ]
 

@@ -20,7 +20,7 @@ def estimate_tags(args: argparse.Namespace, context, hours: list[str]) -> dict[s
     guess = estimate(instance, defs.resources[BACKUPS], hours, configured_cores(settings))
     print(guess.line())
     print(guess.cost())
-    extra = {}
+    extra = {tags.INPUT_BYTES: str(guess.bytes)}  # a small release: short-lived JVMs
     if guess.seconds is not None:
         extra[tags.ESTIMATE_SECONDS] = f"{guess.seconds:.0f}"
     extra.update(cost_approval(args, guess))

@@ -32,6 +32,9 @@ HELD_BACK = f"{PREFIX}/held_back_hours"
 # "step: verdict" lines; the run succeeded as a run, it built nothing of that step
 REFUSED = f"{PREFIX}/refused"
 ESTIMATE_SECONDS = f"{PREFIX}/estimate_seconds"  # the CLI's estimate before launching
+# the backup bytes the release reads (the CLI's estimate): the Spark resource starts the
+# JVMs of a release that reads little for a short life (``core.spark.session``)
+INPUT_BYTES = f"{PREFIX}/input_bytes"
 DAGSTER_BACKFILL = "dagster/backfill"
 # Set by Dagster on a backfill re-executed from failure (the UI's "re-execute", ``resume``)
 # and its runs: the first backfill of the chain, which names the release they all belong to.

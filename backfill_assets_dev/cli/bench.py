@@ -191,6 +191,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         f"hours: the session hours are the hours themselves, no window reaches past the "
         f"partitions) instead of starting at {START}",
     )
+    p.add_argument(
+        "--curve",
+        metavar="HOURS",
+        help="instead of the day: one release of each length (e.g. 1,24,168 hours) at the "
+        "payloads per hour of --payloads/--hours; prints seconds per million payloads and "
+        "the driver's peak memory of each (bench_curve)",
+    )
     p.set_defaults(handler=run)
 
 
@@ -204,9 +211,17 @@ def run(args: argparse.Namespace) -> int:
         fixed_hours = 1 if args.compare or args.fixed_cost_only else 0
     if args.fixed_cost_only and fixed_hours < 1:
         raise CommandError("--fixed-cost-only needs --fixed-cost-hours >= 1")
+    if args.curve is not None:
+        from backfill_assets_dev.cli.bench_curve import parse_lengths
+
+        parse_lengths(args.curve)  # refused before anything is generated
     with tempfile.TemporaryDirectory(prefix="backfill-bench-") as scratch:
         root = Path(args.keep or scratch).resolve()
         ok = True
+        if args.curve is not None:
+            from backfill_assets_dev.cli.bench_curve import curve
+
+            return 0 if curve(root, args, measure_length) else 1
         if not args.fixed_cost_only:
             ok = _day(args, root) and ok
         if fixed_hours:
@@ -231,6 +246,16 @@ def generate_tree(root: Path, args: argparse.Namespace, start: str = START):
         write_truth=False,
         force=True,
     )
+
+
+def measure_length(root: Path, hours: int, payloads: int, clients: int):
+    """A tree of ``hours`` hours from ``START`` with about ``payloads`` payloads under
+    ``root`` and one timed release of all of it: (the distinct payloads the tree holds, its
+    ``ReleaseTimes``, ok)."""
+    shape = argparse.Namespace(payloads=payloads, hours=hours, clients=clients)
+    summary = generate_tree(root, shape, START)
+    release, ok = run_release(root, root / "backups", root / "dagster_home", "1", START, hours)
+    return summary.payloads_in_tree, release, ok
 
 
 def newest_start(hours: int) -> str:

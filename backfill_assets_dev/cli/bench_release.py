@@ -32,6 +32,7 @@ import dagster as dg
 from backfill_assets.core import tags
 from backfill_assets.core.spark.session import (
     DRIVER_PEAK_BYTES,
+    SPARK_JOBS,
     SPARK_START_SECONDS,
     SPARK_STARTED_AT,
     SPARK_TASK_SECONDS,
@@ -57,6 +58,7 @@ class RunTimes:
     spark_start: tuple[float, float] | None = None  # (at, seconds)
     spark_task_seconds: float = 0.0
     driver_peak_bytes: float = 0.0  # the run's driver (JVM + Python) at its peak
+    spark_jobs: int = 0  # the Spark jobs (actions) the run ran
 
 
 @dataclass
@@ -103,6 +105,9 @@ def read_run(instance: dg.DagsterInstance, record: dg.RunRecord) -> RunTimes:
         task = _metadata_value(entry, SPARK_TASK_SECONDS)
         if task is not None:  # the run's total so far: the last one is the run's
             times.spark_task_seconds = max(times.spark_task_seconds, task)
+        jobs = _metadata_value(entry, SPARK_JOBS)
+        if jobs is not None:  # the run's total so far, as the task time
+            times.spark_jobs = max(times.spark_jobs, int(jobs))
         peak = _metadata_value(entry, DRIVER_PEAK_BYTES)
         if peak is not None:  # the peak so far: the largest is the run's
             times.driver_peak_bytes = max(times.driver_peak_bytes, peak)
@@ -200,7 +205,7 @@ def run_lines(release: ReleaseTimes) -> list[str]:
     """One line per run: its wait, start, Spark start, steps, events and Spark task time."""
     lines = [
         f"{'run':<9} {'status':<8} {'waited':>7} {'process':>8} {'spark':>6} {'steps':>7} "
-        f"{'events':>7} {'task s':>7} {'peak MB':>8}  steps"
+        f"{'events':>7} {'jobs':>5} {'task s':>7} {'peak MB':>8}  steps"
     ]
     previous = release.submitted
     for run in release.runs:
@@ -210,6 +215,7 @@ def run_lines(release: ReleaseTimes) -> list[str]:
         lines.append(
             f"{run.run_id[:8]:<9} {run.status:<8} {run.launched - previous:>7.1f} "
             f"{run.started - run.launched:>8.1f} {spark:>6.1f} {steps:>7.1f} {run.events:>7} "
+            f"{run.spark_jobs:>5} "
             f"{run.spark_task_seconds:>7.1f} {run.driver_peak_bytes / 2**20:>8.0f}  {names}"
         )
         previous = run.ended

@@ -19,6 +19,31 @@ def test_rounds_and_the_fixed_cost_are_checked(capsys):
     assert "--fixed-cost-only needs --fixed-cost-hours >= 1" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("curve", ["", "1,a day", "0,24"])
+def test_the_curve_lengths_are_checked(curve: str, capsys):
+    assert main(["bench", "--curve", curve]) == 2
+    assert "--curve" in capsys.readouterr().err
+
+
+def test_the_curve_compares_each_length_with_the_day():
+    """Seconds per million payloads and the driver's peak, each as a ratio to the 24-hour
+    release (issue 56's bar for 168 hours: 1.2x)."""
+    from backfill_assets_dev.cli.bench_curve import Point, parse_lengths, table
+
+    assert parse_lengths("168,1,24,24") == [1, 24, 168]
+    points = [
+        Point(1, 66_000, 40.0, 2, 1.5 * 2**30, True),
+        Point(24, 1_580_000, 158.0, 1, 2 * 2**30, True),
+        Point(168, 11_060_000, 1327.2, 8, 2.2 * 2**30, False),
+    ]
+    header, one, day, week = table(points)
+    assert header.split().count("24") == 2
+    assert day.split()[3:5] == ["100.0", "1.00"] and day.split()[-1] == "1.00"
+    assert week.split()[3:5] == ["120.0", "1.20"]
+    assert week.split()[-2:] == ["1.10", "FAILED"]
+    assert one.split()[3] == "606.1"
+
+
 def test_the_plain_job_parses_each_line_once(spark, make_backups, capsys):
     """The yardstick is written for speed: Spark's JSON source parses each line in its scan,
     and no filter re-parses it. (A filter on the fields of a ``from_json`` projection is
@@ -96,6 +121,7 @@ def test_a_release_breakdown_adds_up_to_its_wall_time():
 
     from backfill_assets.core.spark.session import (
         DRIVER_PEAK_BYTES,
+        SPARK_JOBS,
         SPARK_START_SECONDS,
         SPARK_STARTED_AT,
         SPARK_TASK_SECONDS,
@@ -105,6 +131,7 @@ def test_a_release_breakdown_adds_up_to_its_wall_time():
         breakdown,
         breakdown_table,
         read_run,
+        run_lines,
     )
 
     @dg.asset(name="raw_shadow")
@@ -118,6 +145,7 @@ def test_a_release_breakdown_adds_up_to_its_wall_time():
                 SPARK_STARTED_AT: began,
                 SPARK_START_SECONDS: 0.2,
                 SPARK_TASK_SECONDS: 1.5,
+                SPARK_JOBS: 7,
                 DRIVER_PEAK_BYTES: 3 * 2**29,
             }
         )
@@ -148,6 +176,11 @@ def test_a_release_breakdown_adds_up_to_its_wall_time():
     assert parts["raw steps (Spark jobs, events, metastore)"] == raw_step[1] - raw_step[0] - 0.2
     assert parts["publish steps (Spark jobs, events, metastore)"] > 0
     assert runs[0].spark_task_seconds == 1.5 and runs[1].spark_start is None
+    # the Spark jobs (actions) of each run, a column of the runs' lines
+    header, first, second = run_lines(release)
+    jobs = header.split().index("jobs")
+    assert [runs[0].spark_jobs, runs[1].spark_jobs] == [7, 0]
+    assert (first.split()[jobs], second.split()[jobs]) == ("7", "0")
     assert [r.events for r in runs] == events
     # the driver's peak memory: the largest run's, in the table
     assert runs[0].driver_peak_bytes == 3 * 2**29 and runs[1].driver_peak_bytes == 0

@@ -161,9 +161,39 @@ def s3a_conf(settings: Settings) -> dict[str, str]:
     return conf
 
 
-def start_session(config: Mapping[str, str], data_root: str | None = None) -> SparkSession:
+# The JVMs of a run that reads little live for seconds, and the JIT's optimizing tier (C2)
+# compiles all the while for code that runs a few times: a one-hour repair's driver JVM
+# spent 24 s compiling (25,900 compilations) in its 29 s (JFR, 2026-11-29). The quick tier
+# alone (C1) and the serial collector (one heap of a few hundred MB, no collector threads)
+# leave the cores to the work. Long runs keep the defaults: C2's code pays off there.
+SHORT_RUN_JAVA_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
+JAVA_OPTIONS_KEYS = ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions")
+
+
+def is_short_run(input_bytes: int | None, limit: int) -> bool:
+    """Whether a release reading ``input_bytes`` backup bytes (None: unknown) is short."""
+    return input_bytes is not None and limit > 0 and input_bytes <= limit
+
+
+def launch_conf(config: Mapping[str, str], *, short_run: bool = False) -> dict[str, str]:
+    """The configuration a session starts with: ``config`` resolved from this process's
+    environment (a missing variable raises naming it), the JVM options of the class
+    archive (a faster JVM start, when there is one) and, for a short run,
+    ``SHORT_RUN_JAVA_OPTIONS``, on the driver and the executors."""
+    conf = resolve_conf(config)
+    extra = [*jvm_archive.java_options(), *(SHORT_RUN_JAVA_OPTIONS if short_run else ())]
+    if extra:
+        for key in JAVA_OPTIONS_KEYS:
+            conf[key] = " ".join([conf.get(key, ""), *extra]).strip()
+    return conf
+
+
+def start_session(
+    config: Mapping[str, str], data_root: str | None = None, *, short_run: bool = False
+) -> SparkSession:
     """This process's Spark session for ``config`` (``spark_config``'s, its ``${VAR}``s
-    resolved here from this process's environment, so a missing variable fails naming it).
+    resolved here from this process's environment, so a missing variable fails naming it;
+    ``launch_conf``).
 
     Before a JVM starts, ``data_root`` (when given) is checked by
     ``preflight.before_spark`` (``PreflightError``: an unwritable ``DATA_ROOT``, a
@@ -173,11 +203,7 @@ def start_session(config: Mapping[str, str], data_root: str | None = None) -> Sp
     """
     if data_root:
         preflight.before_spark(data_root)
-    conf = resolve_conf(config)  # raises naming a missing variable
-    archive = jvm_archive.java_options()  # a faster JVM start, when there is one
-    if archive:
-        for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
-            conf[key] = " ".join([conf.get(key, ""), *archive]).strip()
+    conf = launch_conf(config, short_run=short_run)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the workers' (child) environment
     builder = SparkSession.builder
     for key, value in conf.items():
@@ -201,6 +227,7 @@ class SparkUsage:
     cores: int  # executor cores of the session (local mode: the driver's)
     wall_seconds: float  # since the mark
     driver_peak_bytes: int = 0  # the driver's peak resident memory so far (0: unknown)
+    jobs: int = 0  # Spark jobs since the mark (an action is one, or more with adaptive plans)
 
 
 def _peak_resident_bytes(pid: int) -> int:
@@ -251,10 +278,21 @@ def last_stage(spark: SparkSession) -> int:
     return next((stage.stageId() for stage in _stages_newest_first(spark)), -1)
 
 
-def spark_usage(spark: SparkSession, after_stage: int, since: float) -> SparkUsage:
+def _job_ids(spark: SparkSession) -> list[int]:
+    """The ids of the jobs Spark's status tracker keeps (``spark.ui.retainedJobs``, 1000)."""
+    return list(spark.sparkContext.statusTracker().getJobIdsForGroup(None))
+
+
+def last_job(spark: SparkSession) -> int:
+    return max(_job_ids(spark), default=-1)
+
+
+def spark_usage(
+    spark: SparkSession, after_stage: int, since: float, after_job: int = -1
+) -> SparkUsage:
     """Executor task time of the stages after ``after_stage`` (the status store keeps the
-    last ``spark.ui.retainedStages``, 1000 by default), the executor cores, and the wall
-    time since ``since`` (``time.monotonic``)."""
+    last ``spark.ui.retainedStages``, 1000 by default), the executor cores, the wall
+    time since ``since`` (``time.monotonic``) and the jobs after ``after_job``."""
     task_ms = 0
     for stage in _stages_newest_first(spark):
         if stage.stageId() <= after_stage:
@@ -272,6 +310,7 @@ def spark_usage(spark: SparkSession, after_stage: int, since: float) -> SparkUsa
         int(held),
         round(time.monotonic() - since, 1),
         driver_peak_bytes(spark),
+        sum(1 for job in _job_ids(spark) if job > after_job),
     )
 
 
@@ -285,3 +324,6 @@ SPARK_STARTED_AT = "spark_started_at"
 SPARK_START_SECONDS = "spark_start_seconds"
 # The driver's peak resident memory (JVM + Python) so far in the run, bytes.
 DRIVER_PEAK_BYTES = "driver_peak_rss_bytes"
+# The Spark jobs the run has run so far (its actions: a count, a write, a collect; adaptive
+# execution runs a plan's shuffle stages as jobs of their own).
+SPARK_JOBS = "spark_jobs"

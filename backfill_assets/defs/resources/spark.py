@@ -9,21 +9,25 @@ from dagster_pyspark import LazyPySparkResource
 from pydantic import PrivateAttr
 from pyspark.sql import SparkSession
 
+from backfill_assets.core import tags
 from backfill_assets.core.spark import preflight
 from backfill_assets.core.spark.session import (
     DRIVER_PEAK_BYTES,
     SPARK_CORES,
+    SPARK_JOBS,
     SPARK_SESSION_SECONDS,
     SPARK_START_SECONDS,
     SPARK_STARTED_AT,
     SPARK_TASK_SECONDS,
     SparkUsage,
+    is_short_run,
+    last_job,
     last_stage,
     spark_config,
     spark_usage,
     start_session,
 )
-from backfill_assets.settings import Settings
+from backfill_assets.settings import Settings, short_run_bytes
 
 
 class SparkResource(LazyPySparkResource):
@@ -34,11 +38,15 @@ class SparkResource(LazyPySparkResource):
     location loads anywhere and a run missing a variable fails naming it. Before the
     session starts, ``data_root`` (when set) is checked (``core.spark.preflight.before_spark``): an
     unwritable ``DATA_ROOT`` or a metastore held by another process fails the run at once
-    with a ``dg.Failure`` naming the cause, before a JVM is started.
+    with a ``dg.Failure`` naming the cause, before a JVM is started. The JVMs of a run whose
+    release reads at most ``short_run_bytes`` (its ``tags.INPUT_BYTES``) start for a short
+    life (``core.spark.session.SHORT_RUN_JAVA_OPTIONS``).
     """
 
     data_root: str | None = None
-    _usage_mark: tuple[int, float] | None = PrivateAttr(default=None)
+    short_run_bytes: int = 0
+    _short_run: bool = PrivateAttr(default=False)
+    _usage_mark: tuple[int, float, int] | None = PrivateAttr(default=None)
     _started: tuple[float, float] | None = PrivateAttr(default=None)  # (at, seconds) if cold
 
     def usage(self) -> SparkUsage | None:
@@ -48,17 +56,25 @@ class SparkResource(LazyPySparkResource):
             return None
         return spark_usage(self._spark_session, *self._usage_mark)
 
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        run_tags = context.dagster_run.tags if context.dagster_run else {}
+        size = run_tags.get(tags.INPUT_BYTES, "")
+        self._short_run = is_short_run(int(size) if size.isdigit() else None, self.short_run_bytes)
+
     def _init_session(self) -> None:
         if self._spark_session is not None:
             return
         began, cold = time.time(), SparkSession.getActiveSession() is None
         try:
-            self._spark_session = start_session(self.spark_config, self.data_root)
+            self._spark_session = start_session(
+                self.spark_config, self.data_root, short_run=self._short_run
+            )
         except preflight.PreflightError as exc:
             raise dg.Failure(description=str(exc)) from None
         if cold:  # this process's Spark start: JVM, context, session
             self._started = (began, time.time() - began)
-        self._usage_mark = (last_stage(self._spark_session), time.monotonic())
+        session = self._spark_session
+        self._usage_mark = (last_stage(session), time.monotonic(), last_job(session))
 
     def usage_metadata(self) -> dict[str, float | int]:
         """The run's Spark usage so far as metadata ({} before the session started)."""
@@ -78,6 +94,7 @@ class SparkResource(LazyPySparkResource):
             SPARK_TASK_SECONDS: usage.task_seconds,
             SPARK_CORES: usage.cores,
             SPARK_SESSION_SECONDS: usage.wall_seconds,
+            SPARK_JOBS: usage.jobs,
             **started,
             **({DRIVER_PEAK_BYTES: peak} if peak else {}),
         }
@@ -86,7 +103,9 @@ class SparkResource(LazyPySparkResource):
 def spark_resource(settings: Settings) -> SparkResource:
     """The Spark resource of ``settings`` (its session is checked before it starts)."""
     return SparkResource(
-        spark_config=spark_config(settings, resolve=False), data_root=settings.data_root
+        spark_config=spark_config(settings, resolve=False),
+        data_root=settings.data_root,
+        short_run_bytes=short_run_bytes(),
     )
 
 

@@ -8,7 +8,10 @@ import dagster as dg
 import pytest
 
 from backfill_assets.core.spark.session import (
+    SHORT_RUN_JAVA_OPTIONS,
     SparkConfigError,
+    is_short_run,
+    launch_conf,
     read_conf,
     resolve_conf,
     spark_config,
@@ -186,3 +189,20 @@ def test_column_expressions_are_built_without_dataframe_debugging(spark, monkeyp
     F.coalesce(F.upper(F.col("a")), F.lower(F.col("b")), F.lit("c"))
     monkeypatch.undo()
     assert 0 < len(calls) < 40  # 30 here; 45 with the debugging hooks (PySpark 4.3)
+
+
+def test_a_short_run_starts_its_jvms_for_a_short_life():
+    """A release that reads at most the limit (the CLI's estimate, a run tag) gets the
+    short-run JVM options on the driver and the executors, after the profile's own; a
+    long or unknown one keeps the profile's."""
+    assert is_short_run(2_300, 16 << 20) and is_short_run(16 << 20, 16 << 20)
+    assert not is_short_run((16 << 20) + 1, 16 << 20)
+    assert not is_short_run(None, 16 << 20) and not is_short_run(10, 0)  # unknown; never
+    profile = {"spark.driver.extraJavaOptions": "-XX:FreqInlineSize=100", "spark.app.name": "x"}
+    short = launch_conf(profile, short_run=True)
+    long = launch_conf(profile)
+    for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
+        options = short[key].split()
+        assert options[-len(SHORT_RUN_JAVA_OPTIONS) :] == list(SHORT_RUN_JAVA_OPTIONS)
+        assert not set(SHORT_RUN_JAVA_OPTIONS) & set(long.get(key, "").split())
+    assert short["spark.driver.extraJavaOptions"].startswith("-XX:FreqInlineSize=100")
