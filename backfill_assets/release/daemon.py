@@ -36,10 +36,16 @@ CODE_SERVER_START_SECONDS = 300  # loading the definitions (PySpark, pandera) on
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
-    """The daemon must not outlive the command that started it, even after SIGKILL."""
+    """The daemon must not outlive the command that started it, even after SIGKILL; and it
+    must stop when told. A command started with SIGINT ignored (a shell's background job,
+    ``nohup``) passes that on, and Dagster's processes answer SIGTERM with SIGINT's
+    handler: the code server ignored the stop and was killed 30 s later, at the end of
+    every such command. They start with the default handlers."""
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
     libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     os.setsid()
+    for interrupt in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(interrupt, signal.SIG_DFL)
 
 
 def _group_gone(pgid: int, seconds: float) -> bool:
