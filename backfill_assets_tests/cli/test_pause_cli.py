@@ -159,3 +159,37 @@ def test_a_paused_release_starts_no_run_holds_its_hours_and_publishes_once_when_
     assert not [b for b in instance.get_backfills() if b.backfill_id != release]
     assert published_once_and_right(settings, release) == TREE
     assert pause.is_paused(instance, release) is None
+
+
+def test_a_paused_release_is_cancelled_and_only_a_running_release_pauses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A release submitted without a daemon (it stays requested, no run) is paused, holds
+    its hours, then `cancel` ends it as it ends a running one: no run, nothing published,
+    the cancellation recorded; a cancelled or paused release is not paused again."""
+    env, settings = operator_tree(tmp_path, monkeypatch)
+    raw_only = ["--layers", "raw", "--no-downstream", "--no-wait"]
+    submitted = cli(env, "backfill", "--from", FIRST, "--to", "2026-11-20T01", *raw_only)
+    assert submitted.returncode == 0, submitted.output
+    instance = get_instance(settings)
+    [release] = [b.backfill_id for b in instance.get_backfills()]
+
+    paused = cli(env, "pause", "--backfill", release, "--by", "alice", "--reason", "wait")
+    assert paused.returncode == 0, paused.output
+    assert "0 running run(s) finish, 0 queued run(s) held" in paused.output
+    again = cli(env, "pause", "--backfill", release)
+    assert again.returncode == 2 and f"release {release} is already paused" in again.output
+    held = cli(env, "backfill", "--from", "2026-11-20T01", "--to", "2026-11-20T01", *raw_only)
+    assert held.returncode == 2 and "paused by alice" in held.output, held.output
+
+    cancel = cli(env, "cancel", "--backfill", release, "--by", "alice", "--reason", "not needed")
+    assert cancel.returncode == 0, cancel.output
+    assert f"release {release} cancelled by alice" in cancel.output
+    assert instance.get_backfill(release).status.value == "CANCELED"
+    assert not release_runs(instance, release)
+    assert pause.records(instance)[release].state == pause.CANCELLED
+    assert not audit.rows(settings.warehouse_dir, audit.PUBLICATIONS)
+    [row] = audit.rows(settings.warehouse_dir, audit.CANCELLATIONS)
+    assert (row["release_id"], row["reason"]) == (release, "not needed")
+    ended = cli(env, "pause", "--backfill", release)
+    assert ended.returncode == 2 and "is canceled, not running" in ended.output, ended.output
