@@ -93,6 +93,21 @@ def is_paused(instance: dg.DagsterInstance, backfill_id: str) -> Pause | None:
     return paused(instance, [backfill]).get(backfill_id) if backfill is not None else None
 
 
+def paused_line(instance: dg.DagsterInstance, release_id: str) -> str:
+    """``paused by X at T (why): …`` for a release one of whose backfills is paused now
+    ("" otherwise): the report's first line."""
+    backfills = [b for b in instance.get_backfills(limit=OBSERVATION_PAGE)]
+    mine = [b for b in backfills if release_id in (b.backfill_id, b.tags.get(tags.ROOT_BACKFILL))]
+    found = paused(instance, mine)
+    if not found:
+        return ""
+    pause = next(iter(found.values()))
+    return (
+        f"{pause.describe()}: nothing of this release is published until it is resumed "
+        f"(`backfill-assets resume --backfill {release_id}`) and ends"
+    )
+
+
 def hold_configured(instance: dg.DagsterInstance) -> bool:
     """Whether the instance's run queue holds runs tagged paused (``HOLD_LIMIT``)."""
     queue = instance.get_concurrency_config().run_queue_config  # what the queue daemon reads

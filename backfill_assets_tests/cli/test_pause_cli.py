@@ -146,6 +146,9 @@ def test_a_paused_release_starts_no_run_holds_its_hours_and_publishes_once_when_
         assert "submitted release(s)" not in result["skip"], result
         assert release in result["skip"] and result["backfills"] == [release], result
         assert not audit.rows(settings.warehouse_dir, audit.PUBLICATIONS)
+        report = cli(env, "report", "--backfill", release, "--no-diff", "--out", str(tmp_path))
+        assert report.returncode == 0, report.output
+        assert "paused by ops at " in report.stdout and "(INC-56 hold)" in report.stdout
 
         resumed = cli(env, "resume", "--backfill", release, "--by", "ops")
         assert resumed.returncode == 0, resumed.output
