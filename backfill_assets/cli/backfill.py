@@ -178,7 +178,7 @@ def _follow(
     """Follow a backfill (or run) to its end, through ``supervisor`` (a new one if None);
     ``report_id``: the release its report is of (a publish's own backfill holds only the
     release gates: report the release it published)."""
-    from backfill_assets.release import launch
+    from backfill_assets.release import launch, pause
 
     if supervisor is None:
         with supervisor_of(settings, instance) as own:
@@ -193,6 +193,7 @@ def _follow(
                 progress=progress,
             )
     try:
+        paused = pause.watcher(instance, backfill_id) if backfill_id else None
         outcome = launch.follow(
             instance,
             backfill_id=backfill_id,
@@ -200,6 +201,7 @@ def _follow(
             supervisor=supervisor,
             on_run=_show,
             progress=progress,
+            paused=paused,
         )
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the supervisor stops what it started
         print(interrupted_note(supervisor, backfill_id or run_id), file=sys.stderr)

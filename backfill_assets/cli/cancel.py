@@ -45,7 +45,18 @@ def _hours(instance, release_id: str, runs) -> str:
     return f"{hours[0]}..{hours[-1]}" if hours else ""
 
 
-def _stop(settings, instance, release: str) -> list:
+def _end_pauses(instance, release: str, backfills: list, by: str) -> set[str]:
+    """Record the end of the pause of each paused backfill of the release (cancelled: its
+    followers stop waiting for a resume); returns their ids, to be cancelled as in flight."""
+    from backfill_assets.release import pause
+
+    found = pause.paused(instance, [b for b in backfills if b is not None])
+    for backfill_id in found:
+        pause.record(instance, backfill_id, release, pause.CANCELLED, by)
+    return set(found)
+
+
+def _stop(settings, instance, release: str, by: str = "") -> list:
     """Stop the release: cancel its backfill if it is in flight (as the UI's *Cancel*
     does), else terminate the runs it left queued, not started or running (a release of
     one run, or runs a finished backfill left behind: they hold their hours until then).
@@ -60,12 +71,15 @@ def _stop(settings, instance, release: str) -> list:
         raise CommandError(f"no release (backfill or run) {release} in the Dagster instance")
     # a release resumed (re-executed from failure) goes on in backfills of its own
     resumed = {r.tags.get(tags.DAGSTER_BACKFILL) for r in left} - {release, None}
+    children = [instance.get_backfill(child) for child in sorted(resumed)]
+    paused = _end_pauses(instance, release, [backfill, *children], by)  # cancelled as in flight
     try:
-        for child in sorted(resumed):
-            found = instance.get_backfill(child)
-            if found is not None and found.status.value in CANCELLABLE:
-                launch.cancel_backfill(settings, child)
-        if backfill is not None and backfill.status.value in CANCELLABLE:
+        for found in children:
+            if found is not None and (
+                found.status.value in CANCELLABLE or found.backfill_id in paused
+            ):
+                launch.cancel_backfill(settings, found.backfill_id)
+        if backfill is not None and (backfill.status.value in CANCELLABLE or release in paused):
             launch.cancel_backfill(settings, release)
             return []  # Dagster stops its runs
         if left:
@@ -94,7 +108,7 @@ def run_cancel(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CommandError(str(exc)) from None
     settings, _defs, instance = _context(args)
-    left = _stop(settings, instance, release)
+    left = _stop(settings, instance, release, args.requested_by or getpass.getuser())
     hours = _hours(instance, release, left)
     print(f"cancelling release {release} ({hours or 'no hours'}): stopping its runs")
     if instance.get_backfill(release) is not None:

@@ -2,8 +2,8 @@
 
 Each module of ``SUBCOMMAND_MODULES`` registers its subcommands with
 ``register(subparsers)`` (one, or a family: ``backfill`` also ``publish`` and ``approve``,
-``generate`` also ``land``, ``rollback`` also ``verify``); heavy imports
-(Spark, Dagster) happen inside the handlers so ``--help`` and ``generate`` stay fast.
+``generate`` also ``land``, ``rollback`` also ``verify``, ``resume`` also ``pause``); heavy
+imports (Spark, Dagster) happen inside the handlers so ``--help`` and ``generate`` stay fast.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ SUBCOMMAND_MODULES = (
     "backfill_assets_dev.cli.generate",
     "backfill_assets.cli.backfill",
     "backfill_assets.cli.cancel",
-    "backfill_assets.cli.resume",
+    "backfill_assets.cli.resume",  # also pause
     "backfill_assets.cli.sql",
     "backfill_assets.cli.rollback",
     "backfill_assets.cli.vacuum",

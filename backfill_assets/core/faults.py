@@ -3,12 +3,15 @@
 With ``BACKFILL_ASSETS_PAUSE_AT=<name>`` and ``BACKFILL_ASSETS_PAUSE_FIFO=<fifo>``, the
 process that reaches checkpoint ``<name>`` writes the name into the FIFO (which blocks until
 the test reads it) and then waits until it is killed. Tests use this to SIGKILL a real run
-at an exact point without sleeping.
+at an exact point without sleeping. When the FIFO ``<fifo>.go`` exists too, the process
+waits instead until the test writes into that one, and goes on (a run held at a point, then
+let finish).
 """
 
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 from backfill_assets.settings import pause_at, pause_fifo
 
@@ -28,4 +31,9 @@ def checkpoint(name: str) -> None:
         return
     with open(pause_fifo(), "w") as fifo:
         fifo.write(name)
+    go = Path(f"{pause_fifo()}.go")
+    if go.is_fifo():
+        with open(go) as signal:  # until the test writes: then go on
+            signal.read(1)
+        return
     threading.Event().wait()  # until SIGKILL

@@ -24,6 +24,7 @@ ALLOW_SHRINK = f"{PREFIX}/allow_shrink"  # the former name of APPROVE_CHANGES, s
 USER = "dagster/user"  # the Dagster user who launched the run, where the deployment has users
 RELEASE = f"{PREFIX}/release"  # the release a run builds into or publishes (default: backfill)
 LAYER = f"{PREFIX}/layer"  # the layer a run rebuilds (production tag concurrency)
+PAUSED = f"{PREFIX}/paused"  # "true" on a queued run of a paused release: the queue holds it
 REQUEST_ID = f"{PREFIX}/request_id"  # every run of one launch or reconciliation request
 # set by release/publish on a run that held hours back (their count): the run succeeded as a
 # run, the release did not publish everything (an expected outcome, shown in the UI's runs)

@@ -1,7 +1,8 @@
 """Which hours each release in flight holds: one release per hour at a time.
 
 A release *in flight* is a Dagster asset backfill that has not finished (requested,
-cancelling, failing) or a release's run that is queued or started. The hours it *holds*
+cancelling, failing), a paused one (``release.pause``: it goes on when resumed) or a
+release's run that is queued or started. The hours it *holds*
 are every partition of every layer it rebuilds (the backfill's target partitions, which
 include the session hours Dagster derives, and each in-flight run's partition range):
 a release of raw 00..02 also holds the session hours whose windows touch those hours.
@@ -30,6 +31,7 @@ from backfill_assets.release.instance import release_filters, release_runs
 from backfill_assets.release.keys import PUBLISH_KEY
 from backfill_assets.release.launch import IN_FLIGHT as RUN_IN_FLIGHT
 from backfill_assets.release.orphans import fail_orphaned_runs
+from backfill_assets.release.pause import paused
 
 BACKFILL_IN_FLIGHT = ("REQUESTED", "CANCELING", "FAILING")
 RUN_RUNNING = (dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED)
@@ -53,6 +55,7 @@ class Release:
     hours: frozenset[str]
     requested_by: str = ""
     started: bool = True  # False: none of its runs has started (queued, or none yet)
+    paused: str = ""  # ``paused by X at T (why)`` for a paused release (it holds its hours)
 
     def order(self) -> tuple[float, str]:
         return (self.created, self.release_id)
@@ -63,6 +66,8 @@ class Release:
         span = f"{mine[0]}..{mine[-1]}" if len(mine) > 1 else (mine[0] if mine else "-")
         who = f" (requested by {self.requested_by})" if self.requested_by else ""
         waiting = "" if self.started else ", queued: none of its runs has started"
+        if self.paused:
+            waiting = f", {self.paused} (`backfill-assets resume --backfill {self.release_id}`)"
         return f"release {self.release_id}{who} holds {span}{waiting}"
 
 
@@ -114,14 +119,20 @@ def in_flight(instance: dg.DagsterInstance) -> list[Release]:
 
     fail_orphaned_runs(instance)
     found: dict[str, Release] = {}
-    for backfill in instance.get_backfills(limit=BACKFILL_PAGE):
-        if backfill.status.value in BACKFILL_IN_FLIGHT:
-            found[backfill.backfill_id] = Release(
-                backfill.backfill_id,
-                backfill.backfill_timestamp,
+    backfills = instance.get_backfills(limit=BACKFILL_PAGE)
+    pauses = paused(instance, backfills)  # a paused release is in flight: it holds its hours
+    for backfill in backfills:
+        pause = pauses.get(backfill.backfill_id)
+        if backfill.status.value in BACKFILL_IN_FLIGHT or pause is not None:
+            release = pause.release_id if pause is not None else backfill.backfill_id
+            root = instance.get_backfill(release) if release != backfill.backfill_id else None
+            found[release] = Release(
+                release,
+                (root or backfill).backfill_timestamp,
                 frozenset(backfill_hours(backfill)),
                 tags.requested_by(backfill.tags or {}) or "",
                 started=False,
+                paused=pause.describe() if pause is not None else "",
             )
     records = instance.get_run_records(filters=dg.RunsFilter(statuses=RUN_IN_FLIGHT))
     for record in records:

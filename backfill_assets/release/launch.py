@@ -226,6 +226,23 @@ def reexecute_backfill(settings: Settings, backfill_id: str, workspace: Path = W
     return outcome["backfillId"]
 
 
+_RESUME = """
+mutation Resume($backfillId: String!) {
+  resumePartitionBackfill(backfillId: $backfillId) {
+    __typename
+    ... on ResumeBackfillSuccess { backfillId }
+    ... on Error { message }
+  }
+}"""
+
+
+def resume_backfill(settings: Settings, backfill_id: str, workspace: Path = WORKSPACE) -> str:
+    """Set a paused backfill back to requested (Dagster's ``resumePartitionBackfill``): the
+    daemon goes on from its data, nothing materialized or requested is requested again."""
+    data = graphql(settings, _RESUME, {"backfillId": backfill_id}, workspace)
+    return mutation_outcome(data["resumePartitionBackfill"], "ResumeBackfillSuccess")["backfillId"]
+
+
 _TERMINATE = """
 mutation Terminate($runId: String!, $policy: TerminateRunPolicy) {
   terminateRun(runId: $runId, terminatePolicy: $policy) {
@@ -412,13 +429,16 @@ def follow(
     run_id: str | None = None,
     supervisor: Supervisor | None = None,
     on_run: Callable[[RunSummary], None] | None = None,
+    paused: Callable[[], bool] | None = None,
     poll_seconds: float = 0.5,
     progress: Ticker | None = None,
 ) -> BackfillOutcome:
     """Wait until the backfill (or the single run) is finished, reporting each run as it
     ends; keeps a daemon running through ``supervisor``, kicked when every run has ended
     (its iteration launches the next run, or ends the backfill, now, not in up to 30 s);
-    ``progress`` is ticked at every poll (it prints at its own pace)."""
+    ``progress`` is ticked at every poll (it prints at its own pace). A backfill that
+    ``paused()`` says is paused has not finished: it is followed on until it is resumed (or
+    cancelled) and ends."""
 
     reported: dict[str, RunSummary] = {}
     while True:
@@ -450,6 +470,9 @@ def follow(
         if progress is not None:
             progress.tick(ended)
         active = [r for r in runs if r.status not in RUN_DONE]
+        if status in FINISHED and paused is not None and paused():
+            time.sleep(poll_seconds)
+            continue
         if status in FINISHED and not active:
             ordered = sorted(reported.values(), key=lambda r: r.run_id)
             return BackfillOutcome(backfill_id or run_id or "", status, ordered)

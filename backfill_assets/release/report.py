@@ -51,6 +51,7 @@ from backfill_assets.release.cancellation import cancellation_line
 from backfill_assets.release.keys import PUBLISH_KEY, table_key, table_name
 from backfill_assets.release.launch import step_failure
 from backfill_assets.release.outcomes import summarize
+from backfill_assets.release.pause import paused_line
 from backfill_assets.release.state import latest_by_partition, metadata_value, partition_facts
 
 _EVENTS = {
@@ -376,7 +377,7 @@ def collect_release(
         runs,
         release_id=release_id,
         dry_run=dry_run,
-        cancelled=cancelled,
+        cancelled=cancelled or paused_line(instance, release_id),
     )
     publish_failures = [f for r in publish_runs for f in r.failures]
     for layer in layers:

@@ -285,9 +285,8 @@ def test_helm_values_match_the_instance_config():
         logs["prefix"],
         logs["local_dir"],
     )
-    assert (
-        values["dagsterDaemon"]["runCoordinator"]["config"]["queuedRunCoordinator"][
-            "maxConcurrentRuns"
-        ]
-        == instance_config["concurrency"]["runs"]["max_concurrent_runs"]
-    )
+    queue = values["dagsterDaemon"]["runCoordinator"]["config"]["queuedRunCoordinator"]
+    runs = instance_config["concurrency"]["runs"]
+    assert queue["maxConcurrentRuns"] == runs["max_concurrent_runs"]
+    # a paused release's queued runs are held in both (backfill-assets pause)
+    assert queue["tagConcurrencyLimits"] == runs["tag_concurrency_limits"]
