@@ -24,8 +24,8 @@ from backfill_assets.core.warehouse import audit
 from backfill_assets.release import pause
 from backfill_assets.release.instance import get_instance
 from backfill_assets.release.keys import table_key
-from backfill_assets_tests.cli.test_resume_cli import published_once_and_right
 from backfill_assets_tests.helpers.processes import cli, cli_at_fault, operator_tree
+from backfill_assets_tests.helpers.releases import published_once_and_right
 
 pytestmark = pytest.mark.slow
 

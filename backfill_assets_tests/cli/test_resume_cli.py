@@ -11,24 +11,22 @@ referee, ``backfill_assets_dev.expected``)."""
 
 import os
 import signal
-from datetime import UTC, datetime
 from pathlib import Path
 
 import dagster as dg
-import pyarrow.parquet as pq
 import pytest
 
 from backfill_assets.core import faults, tags
 from backfill_assets.core.warehouse import audit
 from backfill_assets.release.instance import get_instance
 from backfill_assets.release.keys import table_key
-from backfill_assets_dev import expected
 from backfill_assets_tests.helpers.processes import (
     cli,
     cli_at_fault,
     operator_tree,
     processes_with,
 )
+from backfill_assets_tests.helpers.releases import published_once_and_right
 
 pytestmark = pytest.mark.slow
 
@@ -37,53 +35,6 @@ TREE = ("2026-11-20T00", "2026-11-20T01", "2026-11-20T02", "2026-11-20T03")
 DEADLINE_SECONDS = 600
 RUN_WORKER = "spawn_main"  # a run's process: the code server starts it by multiprocessing
 RECEIVED_SHADOWS = {table_key(t) for t in ("shadow.raw_payloads", "shadow.transformed_payloads")}
-
-
-def _ms(value: datetime) -> int:
-    moment = value if value.tzinfo else value.replace(tzinfo=UTC)
-    return round(moment.timestamp() * 1000)
-
-
-def published_sessions(warehouse_dir: str, release: str) -> dict[str, set[tuple]]:
-    """Session hour -> the sessions the release published there (read from the Parquet the
-    ledger points at, without Spark)."""
-    found = {}
-    where = {"table_name": "aggregated.sessions", "backfill_id": release, "phase": "commit"}
-    for row in audit.rows(warehouse_dir, audit.PUBLICATIONS, where):
-        location = row["new_location"].removeprefix("file:")
-        table = pq.read_table(location) if os.listdir(location) else None
-        rows = table.to_pylist() if table is not None else []
-        found[row["hour"]] = {
-            (
-                r["client_id"],
-                r["user_id"],
-                _ms(r["session_start_at"]),
-                _ms(r["session_end_at"]),
-                r["payload_count"],
-            )
-            for r in rows
-        }
-    return found
-
-
-def published_once_and_right(settings, release: str) -> set[str]:
-    """Asserts the release published in one ledger transaction, every layer, and sessions
-    equal to the referee's; returns the raw hours it published."""
-    where = {"backfill_id": release, "phase": "commit"}
-    commits = audit.rows(settings.warehouse_dir, audit.PUBLICATIONS, where)
-    assert len({c["txn_id"] for c in commits}) == 1
-    assert {c["table_name"] for c in commits} >= {
-        "raw.payloads",
-        "transformed.payloads",
-        "aggregated.sessions",
-        "aggregated.client_hourly",
-    }
-    sessions = published_sessions(settings.warehouse_dir, release)
-    truth = expected.sessions(expected.read_deliveries(settings.backup_root), sorted(sessions))
-    assert sessions and sessions == {
-        hour: {expected.session_key(s) for s in found} for hour, found in truth.items()
-    }
-    return {c["hour"] for c in commits if c["table_name"] == "raw.payloads"}
 
 
 def test_a_killed_release_resumes_building_only_what_it_lacked_and_publishes_once(

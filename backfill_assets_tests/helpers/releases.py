@@ -1,26 +1,31 @@
 """Releases in the test process and what releases left: ``execute_release`` runs a
 release's stages in this process, as Dagster's daemon would run them (the suite's fast
-path; the CLI tests drive the real daemon); ``published_state``, ``latest`` and
-``provisional`` read what a release published; ``empty_warehouse`` empties the catalog,
-the warehouse and the ledger between tests."""
+path; the CLI tests drive the real daemon); ``published_state``, ``latest``,
+``provisional`` and ``published_once_and_right`` read what a release published;
+``empty_warehouse`` empties the catalog, the warehouse and the ledger between tests."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import subprocess
 import sys
 import time
 from collections.abc import Mapping
+from datetime import UTC, datetime
 
 import dagster as dg
+import pyarrow.parquet as pq
 
 from backfill_assets.core import names, plan, tags
+from backfill_assets.core.warehouse import audit
 from backfill_assets.core.warehouse.publisher import PROVISIONAL
 from backfill_assets.release import keys, launch
 from backfill_assets.release.keys import table_key
 from backfill_assets.release.state import metadata_value
 from backfill_assets.settings import Settings
+from backfill_assets_dev import expected
 from backfill_assets_tests.helpers.processes import COMMAND_TIMEOUT_SECONDS
 
 
@@ -250,3 +255,50 @@ def backfill_id_of(done: subprocess.CompletedProcess) -> str:
         for line in done.stdout.splitlines()
         if line.startswith("submitted ")
     )
+
+
+def _ms(value: datetime) -> int:
+    moment = value if value.tzinfo else value.replace(tzinfo=UTC)
+    return round(moment.timestamp() * 1000)
+
+
+def published_sessions(warehouse_dir: str, release: str) -> dict[str, set[tuple]]:
+    """Session hour -> the sessions the release published there (read from the Parquet the
+    ledger points at, without Spark)."""
+    found = {}
+    where = {"table_name": "aggregated.sessions", "backfill_id": release, "phase": "commit"}
+    for row in audit.rows(warehouse_dir, audit.PUBLICATIONS, where):
+        location = row["new_location"].removeprefix("file:")
+        table = pq.read_table(location) if os.listdir(location) else None
+        rows = table.to_pylist() if table is not None else []
+        found[row["hour"]] = {
+            (
+                r["client_id"],
+                r["user_id"],
+                _ms(r["session_start_at"]),
+                _ms(r["session_end_at"]),
+                r["payload_count"],
+            )
+            for r in rows
+        }
+    return found
+
+
+def published_once_and_right(settings, release: str) -> set[str]:
+    """Asserts the release published in one ledger transaction, every layer, and sessions
+    equal to the referee's; returns the raw hours it published."""
+    where = {"backfill_id": release, "phase": "commit"}
+    commits = audit.rows(settings.warehouse_dir, audit.PUBLICATIONS, where)
+    assert len({c["txn_id"] for c in commits}) == 1
+    assert {c["table_name"] for c in commits} >= {
+        "raw.payloads",
+        "transformed.payloads",
+        "aggregated.sessions",
+        "aggregated.client_hourly",
+    }
+    sessions = published_sessions(settings.warehouse_dir, release)
+    truth = expected.sessions(expected.read_deliveries(settings.backup_root), sorted(sessions))
+    assert sessions and sessions == {
+        hour: {expected.session_key(s) for s in found} for hour, found in truth.items()
+    }
+    return {c["hour"] for c in commits if c["table_name"] == "raw.payloads"}
