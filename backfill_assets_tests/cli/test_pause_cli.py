@@ -24,7 +24,13 @@ from backfill_assets.core.warehouse import audit
 from backfill_assets.release import pause
 from backfill_assets.release.instance import get_instance
 from backfill_assets.release.keys import table_key
-from backfill_assets_tests.helpers.processes import cli, cli_at_fault, operator_tree
+from backfill_assets_tests.helpers.processes import (
+    CHUNKS_OF_TWO_HOURS,
+    SENSOR_TICK,
+    cli,
+    cli_at_fault,
+    operator_tree,
+)
 from backfill_assets_tests.helpers.releases import published_once_and_right
 
 pytestmark = pytest.mark.slow
@@ -37,25 +43,13 @@ RAW = table_key("shadow.raw_payloads")
 
 # One evaluation of the reconciliation sensor (as a tick does), in the operator's
 # environment: its skip line, and the backfills of the instance after it.
-TICK = """
-import json, sys
-import dagster as dg
-from backfill_assets.definitions import build_definitions
-from backfill_assets.core.backups.store import LocalBackupStore
-from backfill_assets.defs.sensors.reconciliation import SENSOR_NAME
-from backfill_assets.settings import Settings
-
-settings = Settings.from_env()
-defs = build_definitions(settings)
-with dg.DagsterInstance.get() as instance:
-    context = dg.build_sensor_context(
-        instance=instance, definitions=defs,
-        resources={"backups": LocalBackupStore(root=settings.backup_root)},
-    )
-    result = defs.resolve_sensor_def(SENSOR_NAME)(context)
+TICK = (
+    SENSOR_TICK
+    + """
     backfills = [b.backfill_id for b in instance.get_backfills()]
     json.dump({"skip": result.skip_reason.skip_message, "backfills": backfills}, sys.stdout)
 """
+)
 
 
 def wait_until(condition, what: str, timeout: float = DEADLINE_SECONDS):
@@ -91,11 +85,7 @@ def test_a_paused_release_starts_no_run_holds_its_hours_and_publishes_once_when_
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     env, settings = operator_tree(tmp_path, monkeypatch)
-    env.update(
-        BACKFILL_HOURS_PER_RUN="2",
-        BACKFILL_PARTITIONS_START=FIRST,
-        BACKFILL_PARTITIONS_END="2026-11-20T04",
-    )
+    env.update(CHUNKS_OF_TWO_HOURS)
     fifo = tmp_path / "pause.fifo"
     go = tmp_path / "pause.fifo.go"  # the held run goes on when the test writes into it
     os.mkfifo(go)

@@ -21,6 +21,7 @@ from backfill_assets.core.warehouse import audit
 from backfill_assets.release.instance import get_instance
 from backfill_assets.release.keys import table_key
 from backfill_assets_tests.helpers.processes import (
+    CHUNKS_OF_TWO_HOURS,
     cli,
     cli_at_fault,
     operator_tree,
@@ -90,11 +91,7 @@ def test_a_chunked_release_resumes_only_its_killed_chunk_and_publishes_once(
     killed chunk's hours only (the other chunk's raw run is not repeated) and publishes the
     whole release once."""
     env, settings = operator_tree(tmp_path, monkeypatch)
-    env.update(
-        BACKFILL_HOURS_PER_RUN="2",
-        BACKFILL_PARTITIONS_START=FIRST,
-        BACKFILL_PARTITIONS_END="2026-11-20T04",
-    )
+    env.update(CHUNKS_OF_TWO_HOURS)
     fifo = tmp_path / "pause.fifo"
     command = ["backfill", "--from", FIRST, "--to", LAST, "--reason", "in chunks"]
     second_chunk = f"{faults.RAW_BUILD}.2026-11-20T02"

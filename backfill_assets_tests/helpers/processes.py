@@ -79,6 +79,36 @@ def cli_env(tmp: Path, backups: Path, **extra: str) -> dict[str, str]:
     return env
 
 
+# One evaluation of the reconciliation sensor, as a tick of the daemon makes it, for
+# ``python -c`` in an operator's environment: the lines a test appends (indented by four
+# spaces) read ``result`` and ``instance`` and print what the test asserts.
+SENSOR_TICK = """
+import json, sys
+import dagster as dg
+from backfill_assets.definitions import build_definitions
+from backfill_assets.core.backups.store import LocalBackupStore
+from backfill_assets.defs.sensors.reconciliation import SENSOR_NAME
+from backfill_assets.settings import Settings
+
+settings = Settings.from_env()
+defs = build_definitions(settings)
+with dg.DagsterInstance.get() as instance:
+    context = dg.build_sensor_context(
+        instance=instance, definitions=defs,
+        resources={"backups": LocalBackupStore(root=settings.backup_root)},
+    )
+    result = defs.resolve_sensor_def(SENSOR_NAME)(context)
+"""
+
+# ``operator_tree``'s four hours as a release in chunks of two hours per run, inside
+# partitions that end with the tree.
+CHUNKS_OF_TWO_HOURS = {
+    "BACKFILL_HOURS_PER_RUN": "2",
+    "BACKFILL_PARTITIONS_START": "2026-11-20T00",
+    "BACKFILL_PARTITIONS_END": "2026-11-20T04",
+}
+
+
 def operator_tree(tmp: Path, monkeypatch) -> tuple[dict[str, str], Settings]:
     """A generated 4-hour tree of 2 clients in ``tmp/backups``, and the environment an
     operator runs ``backfill-assets`` with against it (data and Dagster home under ``tmp``,

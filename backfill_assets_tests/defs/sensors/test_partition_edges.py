@@ -14,26 +14,14 @@ from pathlib import Path
 import pytest
 
 from backfill_assets_dev.generator import generate_backups
+from backfill_assets_tests.helpers.processes import SENSOR_TICK
 
 FIRST = "2026-11-20T00"
 # A sensor tick as the daemon evaluates it: the sensor itself, with a real instance, its
 # releases submitted through GraphQL (no daemon runs here: they stay requested).
-TICK = """
-import json, sys
-import dagster as dg
-from backfill_assets.definitions import build_definitions
-from backfill_assets.core.backups.store import LocalBackupStore
-from backfill_assets.defs.sensors.reconciliation import SENSOR_NAME
-from backfill_assets.settings import Settings
-
-settings = Settings.from_env()
-defs = build_definitions(settings)
-with dg.DagsterInstance.get() as instance:
-    context = dg.build_sensor_context(
-        instance=instance, definitions=defs,
-        resources={"backups": LocalBackupStore(root=settings.backup_root)},
-    )
-    result = defs.resolve_sensor_def(SENSOR_NAME)(context)
+TICK = (
+    SENSOR_TICK
+    + """
     hours = sorted({
         p.partition_key
         for b in instance.get_backfills()
@@ -42,6 +30,7 @@ with dg.DagsterInstance.get() as instance:
     })
     json.dump({"skip": result.skip_reason.skip_message, "hours": hours}, sys.stdout)
 """
+)
 
 
 @pytest.fixture
