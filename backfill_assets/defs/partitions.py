@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dagster as dg
 
+from backfill_assets.core.windows import LOOKAHEAD_HOURS, LOOKBACK_HOURS
 from backfill_assets.settings import HOUR_FORMAT, hours_per_run, partition_span
 
 
@@ -19,13 +20,17 @@ def hourly_partitions_def() -> dg.HourlyPartitionsDefinition:
     )
 
 
-def run_policy() -> dg.BackfillPolicy:
+def run_policy(window_hours: int = 0) -> dg.BackfillPolicy:
     """How a backfill splits a layer's hours into runs: ``BACKFILL_HOURS_PER_RUN`` hours
-    each (the layers and the publish alike, so that a release shorter than that is one or
-    two runs: Dagster joins steps of the same policy in one run)."""
-    return dg.BackfillPolicy.multi_run(max_partitions_per_run=hours_per_run())
+    each, plus ``window_hours`` for a layer whose hour reads a window of hours around it.
+    Steps of the same policy join in one run (Dagster), so the publish shares its layer's."""
+    return dg.BackfillPolicy.multi_run(max_partitions_per_run=hours_per_run() + window_hours)
 
 
 # The assets and checks are declared when their modules load: the span is read then.
 hourly_partitions = hourly_partitions_def()
 RUN_POLICY = run_policy()
+# The session layer and the publish: a release's session hours reach its hours' window
+# (lookback and lookahead) beyond them, so a release of BACKFILL_HOURS_PER_RUN hours is one
+# run of this layer too; a run's memory follows the hours it reads, about a chunk's either way.
+WINDOW_RUN_POLICY = run_policy(LOOKBACK_HOURS + LOOKAHEAD_HOURS)

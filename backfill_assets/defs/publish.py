@@ -28,7 +28,7 @@ from backfill_assets.core.warehouse import database, erasure, gates, publisher
 from backfill_assets.defs.checks.published import release_gate_evaluations
 from backfill_assets.defs.layers import aggregated, raw, transformed
 from backfill_assets.defs.layers.common import json_metadata, refuse, run_lineage
-from backfill_assets.defs.partitions import RUN_POLICY, hourly_partitions
+from backfill_assets.defs.partitions import WINDOW_RUN_POLICY, hourly_partitions
 from backfill_assets.defs.resources.launch_form import LaunchForm
 from backfill_assets.defs.resources.spark import usage_metadata
 from backfill_assets.defs.resources.warehouse import Warehouse
@@ -340,7 +340,7 @@ def _publish_asset(fn: Callable) -> dg.AssetsDefinition:
             # the run of the release's last layer (the same hours, ``publish_deps``), after
             # that layer's checks, instead of in a run of its own.
             partitions_def=hourly_partitions,
-            backfill_policy=RUN_POLICY,
+            backfill_policy=WINDOW_RUN_POLICY,
         )(fn)
 
 

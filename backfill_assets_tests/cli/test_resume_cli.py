@@ -1,136 +1,192 @@
-"""`backfill-assets resume --backfill ID` goes on with a release whose run was killed.
+"""A release whose run was killed goes on: `backfill-assets resume --backfill ID`, and the
+mutation the UI's *Re-execute from failure* sends.
 
-A real release of a tree's four hours (the CLI's, with its daemon) is two runs: raw and transformed,
-then the sessions with the publish. The sessions' run process is SIGKILLed as it starts
-building (held there by a fault checkpoint): the release ends failed and publishes nothing.
-`resume` re-executes it from failure (Dagster's re-execution, as the UI's *Re-execute*):
-only the session layer and the publish run again, on the raw and transformed candidates
-the first run built and checked; the release publishes once, in one ledger transaction,
-and what it published equals what the rule gives from the backups (an independent
-referee, ``backfill_assets_dev.expected``)."""
+A real release (the CLI's ``backfill``, with its daemon, partitions up to now as shipped)
+of a tree's 72 hours, built in runs of 24 hours per layer (``BACKFILL_HOURS_PER_RUN=24``):
+three chunks of raw and transformed, the sessions' hours in chunks of their own. The raw
+run of the second chunk is SIGKILLed as it builds (held at a fault checkpoint): the release
+ends failed and publishes nothing. It then goes on, once through the CLI's ``resume``, once
+through a real ``dagster-webserver`` receiving the UI's mutation with ``dagster-daemon``
+running it (``dagster dev``'s pair). Either way only the killed chunk's raw and transformed
+hours are built again (the runs of the other chunks are not repeated: read from the
+instance), with the sessions that needed them, and the release publishes all 72 hours
+once, in one ledger transaction, its rows equal to what a clean release publishes (the
+independent referee, ``backfill_assets_dev.expected``, which the fidelity tests hold every
+release to)."""
 
+import json
 import os
 import signal
+import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
 import pytest
 
 from backfill_assets.core import faults, tags
+from backfill_assets.core.hours import hour_range
 from backfill_assets.core.warehouse import audit
+from backfill_assets.release import launch
 from backfill_assets.release.instance import get_instance
 from backfill_assets.release.keys import table_key
+from backfill_assets.settings import Settings
+from backfill_assets_dev.stack.servers import Processes
 from backfill_assets_tests.helpers.processes import (
-    CHUNKS_OF_TWO_HOURS,
     cli,
     cli_at_fault,
     operator_tree,
     processes_with,
+    shared_daemon,
+    start_webserver,
 )
 from backfill_assets_tests.helpers.releases import published_once_and_right
 
 pytestmark = pytest.mark.slow
 
-FIRST, LAST = "2026-11-20T00", "2026-11-20T03"  # every hour of the tree: nothing unpublished
-TREE = ("2026-11-20T00", "2026-11-20T01", "2026-11-20T02", "2026-11-20T03")
-DEADLINE_SECONDS = 600
+FIRST, LAST = "2026-11-20T00", "2026-11-22T23"  # the tree's 72 hours
+TREE = set(hour_range(FIRST, LAST))
+CHUNKS = [
+    hour_range(day + "T00", day + "T23") for day in ("2026-11-20", "2026-11-21", "2026-11-22")
+]
+CHUNKS_OF_A_DAY = {"BACKFILL_HOURS_PER_RUN": "24"}
+DEADLINE_SECONDS = 900
 RUN_WORKER = "spawn_main"  # a run's process: the code server starts it by multiprocessing
-RECEIVED_SHADOWS = {table_key(t) for t in ("shadow.raw_payloads", "shadow.transformed_payloads")}
+RAW = table_key("shadow.raw_payloads")
+RECEIVED_SHADOWS = {RAW, table_key("shadow.transformed_payloads")}
+
+# What the UI's *Re-execute* dialog sends for a backfill ("from failure").
+UI_REEXECUTE = """
+mutation reexecutePartitionBackfill($reexecutionParams: ReexecutionParams) {
+  reexecutePartitionBackfill(reexecutionParams: $reexecutionParams) {
+    __typename
+    ... on LaunchBackfillSuccess { backfillId }
+    ... on PythonError { message }
+    ... on UnauthorizedError { message }
+  }
+}"""
 
 
-def test_a_killed_release_resumes_building_only_what_it_lacked_and_publishes_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-):
-    env, settings = operator_tree(tmp_path, monkeypatch)
+@dataclass
+class Killed:
+    env: dict[str, str]
+    settings: Settings
+    instance: dg.DagsterInstance
+    release: str
+    first: list[dg.DagsterRun]  # the runs of the release's backfill
+
+
+def killed_in_its_second_chunk(tmp_path: Path, monkeypatch, reason: str) -> Killed:
+    env, settings = operator_tree(tmp_path, monkeypatch, hours=len(TREE), users_per_client=30)
+    env.update(CHUNKS_OF_A_DAY)
     fifo = tmp_path / "pause.fifo"
-    command = ["backfill", "--from", FIRST, "--to", LAST, "--reason", "to resume"]
-    with cli_at_fault(command, env, fifo, faults.SESSIONS_BUILD) as first:
-        # the run's process: started by the code server (multiprocessing's spawn), paused as
-        # the session layer starts building
+    command = ["backfill", "--from", FIRST, "--to", LAST, "--reason", reason]
+    with cli_at_fault(command, env, fifo, f"{faults.RAW_BUILD}.{CHUNKS[1][0]}") as first:
+        # one run at a time (the local run queue): the one held there
         found = processes_with(f"BACKFILL_ASSETS_PAUSE_FIFO={fifo}")
-        runs = [pid for pid, described in found.items() if RUN_WORKER in described]
-        assert len(runs) == 1, found
-        os.kill(runs[0], signal.SIGKILL)
+        held = [pid for pid, described in found.items() if RUN_WORKER in described]
+        assert len(held) == 1, found
+        os.kill(held[0], signal.SIGKILL)
         assert first.wait(timeout=DEADLINE_SECONDS) == 1
         output = first.stdout.read()
     assert "failed" in output.lower(), output
 
     instance = get_instance(settings)
     [release] = [
-        b.backfill_id for b in instance.get_backfills() if b.tags.get(tags.REASON) == "to resume"
+        b.backfill_id for b in instance.get_backfills() if b.tags.get(tags.REASON) == reason
     ]
     assert not audit.rows(settings.warehouse_dir, audit.PUBLICATIONS)  # nothing published
-    built = instance.get_runs(filters=dg.RunsFilter(tags={tags.DAGSTER_BACKFILL: release}))
-    assert sorted(r.status.value for r in built) == ["FAILURE", "SUCCESS"]
+    ran = instance.get_runs(filters=dg.RunsFilter(tags={tags.DAGSTER_BACKFILL: release}))
+    raw_runs = [r for r in ran if RAW in (r.asset_selection or ())]
+    assert sorted(tuple(tags.partition_range(r.tags)) for r in raw_runs) == [
+        tuple(chunk) for chunk in CHUNKS
+    ]
+    [killed] = [r for r in raw_runs if r.status != dg.DagsterRunStatus.SUCCESS]
+    assert tags.partition_range(killed.tags) == CHUNKS[1]
+    return Killed(env, settings, instance, release, ran)
 
-    resumed = cli(env, "resume", "--backfill", release, timeout=DEADLINE_SECONDS)
-    assert resumed.returncode == 0, resumed.output
-    assert f"resumed release {release}" in resumed.output
-    assert f"report: backfill-assets report --backfill {release}" in resumed.output
 
-    # only what the release lacked ran again: no raw or transformed step
-    [child] = [b for b in instance.get_backfills() if b.tags.get(tags.ROOT_BACKFILL) == release]
+def materialized(runs: list[dg.DagsterRun]) -> set[tuple[dg.AssetKey, str]]:
+    """(asset, hour) of every partition the successful ``runs`` built."""
+    return {
+        (key, hour)
+        for run in runs
+        if run.status == dg.DagsterRunStatus.SUCCESS
+        for key in (run.asset_selection or ())
+        for hour in tags.partition_range(run.tags)
+    }
+
+
+def assert_built_only_what_it_lacked(killed: Killed) -> None:
+    """The release's second backfill (Dagster's re-execution, tagged with the release)
+    built the killed chunk's raw and transformed hours and nothing the first built."""
+    instance = killed.instance
+    [child] = [
+        b for b in instance.get_backfills() if b.tags.get(tags.ROOT_BACKFILL) == killed.release
+    ]
+    assert child.status.value == "COMPLETED_SUCCESS"
     again = instance.get_runs(
         filters=dg.RunsFilter(tags={tags.DAGSTER_BACKFILL: child.backfill_id})
     )
     assert again and all(r.status == dg.DagsterRunStatus.SUCCESS for r in again)
-    assert not [k for r in again for k in (r.asset_selection or ()) if k in RECEIVED_SHADOWS]
-    assert all(tags.release_id(r.tags, r.run_id) == release for r in again)
+    assert all(tags.release_id(r.tags, r.run_id) == killed.release for r in again)
+    rebuilt = materialized(again)
+    assert {(k, h) for k, h in rebuilt if k in RECEIVED_SHADOWS} == {
+        (k, h) for k in RECEIVED_SHADOWS for h in CHUNKS[1]
+    }  # the killed chunk only
+    assert not rebuilt & materialized(killed.first)  # no other chunk's run repeated
 
-    assert published_once_and_right(settings, release) == set(TREE)
-    report = cli(env, "report", "--backfill", release)
+
+def test_resume_builds_only_the_killed_chunk_and_publishes_the_release_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    killed = killed_in_its_second_chunk(tmp_path, monkeypatch, "to resume")
+    release = killed.release
+
+    resumed = cli(killed.env, "resume", "--backfill", release, timeout=DEADLINE_SECONDS)
+    assert resumed.returncode == 0, resumed.output
+    assert f"resumed release {release}" in resumed.output
+    assert f"report: backfill-assets report --backfill {release}" in resumed.output
+
+    assert_built_only_what_it_lacked(killed)
+    assert published_once_and_right(killed.settings, release) == TREE
+    report = cli(killed.env, "report", "--backfill", release)
     assert report.returncode == 0, report.output
 
 
-def test_a_chunked_release_resumes_only_its_killed_chunk_and_publishes_once(
+def ui_reexecute(url: str, backfill_id: str) -> str:
+    """POST the UI's *Re-execute from failure* mutation; the new backfill's id."""
+    variables = {"reexecutionParams": {"parentRunId": backfill_id, "strategy": "FROM_FAILURE"}}
+    body = json.dumps({"query": UI_REEXECUTE, "variables": variables}).encode()
+    request = urllib.request.Request(
+        f"{url}/graphql", data=body, headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        outcome = json.load(response)["data"]["reexecutePartitionBackfill"]
+    assert outcome["__typename"] == "LaunchBackfillSuccess", outcome
+    return outcome["backfillId"]
+
+
+def test_the_uis_reexecute_from_failure_builds_only_the_killed_chunk_and_publishes_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    """Runs of ``BACKFILL_HOURS_PER_RUN=2`` hours: the tree's four hours are two chunks per
-    layer. The raw run of the second chunk is SIGKILLed as it starts building: the first
-    chunk's runs are done or go on, the release publishes nothing. ``resume`` builds the
-    killed chunk's hours only (the other chunk's raw run is not repeated) and publishes the
-    whole release once."""
-    env, settings = operator_tree(tmp_path, monkeypatch)
-    env.update(CHUNKS_OF_TWO_HOURS)
-    fifo = tmp_path / "pause.fifo"
-    command = ["backfill", "--from", FIRST, "--to", LAST, "--reason", "in chunks"]
-    second_chunk = f"{faults.RAW_BUILD}.2026-11-20T02"
-    with cli_at_fault(command, env, fifo, second_chunk) as first:
-        found = processes_with(f"BACKFILL_ASSETS_PAUSE_FIFO={fifo}")
-        paused = [pid for pid, described in found.items() if RUN_WORKER in described]
-        assert len(paused) == 1, found
-        os.kill(paused[0], signal.SIGKILL)
-        assert first.wait(timeout=DEADLINE_SECONDS) == 1
-    instance = get_instance(settings)
-    [release] = [
-        b.backfill_id for b in instance.get_backfills() if b.tags.get(tags.REASON) == "in chunks"
-    ]
-    assert not audit.rows(settings.warehouse_dir, audit.PUBLICATIONS)
-    raw_key = table_key("shadow.raw_payloads")
-    ran = instance.get_runs(filters=dg.RunsFilter(tags={tags.DAGSTER_BACKFILL: release}))
-    raw_runs = [r for r in ran if raw_key in (r.asset_selection or ())]
-    assert len(raw_runs) == 2  # two chunks
-    [killed] = [r for r in raw_runs if r.status != dg.DagsterRunStatus.SUCCESS]
+    killed = killed_in_its_second_chunk(tmp_path, monkeypatch, "re-executed from the UI")
+    env = launch.settings_env(killed.settings, killed.env)
+    processes = Processes()
+    with shared_daemon(killed.env, tmp_path) as instance:
+        try:
+            web, url = start_webserver(processes, env, tmp_path / "webserver.log")
+            child = ui_reexecute(url, killed.release)
 
-    resumed = cli(env, "resume", "--backfill", release, timeout=DEADLINE_SECONDS)
-    assert resumed.returncode == 0, resumed.output
+            def ended() -> bool:
+                backfill = instance.get_backfill(child)
+                return backfill is not None and backfill.status.value != "REQUESTED"
 
-    [child] = [b for b in instance.get_backfills() if b.tags.get(tags.ROOT_BACKFILL) == release]
-    again = instance.get_runs(
-        filters=dg.RunsFilter(tags={tags.DAGSTER_BACKFILL: child.backfill_id})
-    )
-    rebuilt = {
-        hour
-        for r in again
-        if raw_key in (r.asset_selection or ())
-        for hour in tags.partition_range(r.tags)
-    }
-    assert (
-        rebuilt
-        == set(tags.partition_range(killed.tags))
-        == {
-            "2026-11-20T02",
-            "2026-11-20T03",
-        }
-    )  # the killed chunk only
-    assert published_once_and_right(settings, release) == set(TREE)
+            processes.wait_until(
+                web, ended, what="the re-executed backfill", timeout=DEADLINE_SECONDS, poll=2
+            )
+        finally:
+            processes.stop_all()
+
+    assert_built_only_what_it_lacked(killed)
+    assert published_once_and_right(killed.settings, killed.release) == TREE

@@ -20,6 +20,7 @@ import select
 import signal
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ from backfill_assets.release import launch
 from backfill_assets.release.instance import prepare_dagster_home
 from backfill_assets.settings import PROJECT_ROOT, Settings
 from backfill_assets_dev.generator import generate_backups
-from backfill_assets_dev.stack.servers import Processes, Server, libpq_url
+from backfill_assets_dev.stack.servers import Processes, Server, free_port, libpq_url
 
 BIN_DIR = Path(sys.executable).parent  # this environment's console scripts
 BIN = BIN_DIR / "backfill-assets"
@@ -109,17 +110,22 @@ CHUNKS_OF_TWO_HOURS = {
 }
 
 
-def operator_tree(tmp: Path, monkeypatch) -> tuple[dict[str, str], Settings]:
-    """A generated 4-hour tree of 2 clients in ``tmp/backups``, and the environment an
-    operator runs ``backfill-assets`` with against it (data and Dagster home under ``tmp``,
-    the reconciliation sensor off); its roots are set in this process too (``monkeypatch``),
-    so the settings returned and the instance they give are the commands'."""
+def operator_tree(
+    tmp: Path, monkeypatch, hours: int = 4, users_per_client: int = 10
+) -> tuple[dict[str, str], Settings]:
+    """A generated tree of ``hours`` hours from 2026-11-20T00 of 2 clients in
+    ``tmp/backups`` (a long one needs more users: with few, a night hour has no backup
+    folder, which a release holds back as missing), and the environment an operator runs
+    ``backfill-assets`` with against it (data and Dagster home under ``tmp``, the
+    reconciliation sensor off); its roots are
+    set in this process too (``monkeypatch``), so the settings returned and the instance
+    they give are the commands'."""
     generate_backups(
         tmp / "backups",
         start="2026-11-20T00",
-        hours=4,
+        hours=hours,
         clients=2,
-        users_per_client=10,
+        users_per_client=users_per_client,
         seed=3,
         workers=1,
     )
@@ -338,6 +344,30 @@ def start_daemon(processes: Processes, env: Mapping[str, str], log: Path) -> Ser
         env=env,
         cwd=PROJECT_ROOT,
     )
+
+
+def responds(url: str) -> bool:
+    """Whether ``url`` answers 200."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def start_webserver(
+    processes: Processes, env: Mapping[str, str], log: Path, workspace: Path = launch.WORKSPACE
+) -> tuple[Server, str]:
+    """A ``dagster-webserver`` of ``workspace`` on 127.0.0.1 and a free port, with ``env``
+    (``processes``: stopped by PID); returns it and its URL once it serves."""
+    port = free_port()
+    command = [bin_of("dagster-webserver"), "-h", "127.0.0.1", "-p", str(port), "-w"]
+    web = processes.start(
+        "dagster-webserver", [*command, str(workspace)], log=log, env=env, cwd=PROJECT_ROOT
+    )
+    url = f"http://127.0.0.1:{port}"
+    processes.wait_until(web, lambda: responds(f"{url}/server_info"), what="the UI")
+    return web, url
 
 
 @contextmanager

@@ -284,9 +284,22 @@ def published_sessions(warehouse_dir: str, release: str) -> dict[str, set[tuple]
     return found
 
 
+def published_rows(warehouse_dir: str, release: str, table: str) -> dict[str, int]:
+    """Hour -> rows of ``table`` the release published there (Parquet footers, no Spark)."""
+    where = {"table_name": table, "backfill_id": release, "phase": "commit"}
+    counts = {}
+    for row in audit.rows(warehouse_dir, audit.PUBLICATIONS, where):
+        location = row["new_location"].removeprefix("file:")
+        files = [os.path.join(location, f) for f in os.listdir(location) if f.endswith(".parquet")]
+        counts[row["hour"]] = sum(pq.read_metadata(f).num_rows for f in files)
+    return counts
+
+
 def published_once_and_right(settings, release: str) -> set[str]:
-    """Asserts the release published in one ledger transaction, every layer, and sessions
-    equal to the referee's; returns the raw hours it published."""
+    """Asserts the release published in one ledger transaction, every layer, its raw and
+    transformed rows and its sessions equal to the referee's (what a clean release
+    publishes: the fidelity tests hold releases to it); returns the raw hours it
+    published."""
     where = {"backfill_id": release, "phase": "commit"}
     commits = audit.rows(settings.warehouse_dir, audit.PUBLICATIONS, where)
     assert len({c["txn_id"] for c in commits}) == 1
@@ -296,8 +309,15 @@ def published_once_and_right(settings, release: str) -> set[str]:
         "aggregated.sessions",
         "aggregated.client_hourly",
     }
+    raw = published_rows(settings.warehouse_dir, release, "raw.payloads")
+    truth_raw = expected.raw_rows(settings.backup_root)
+    assert raw == {hour: truth_raw.get(hour, (0, 0))[0] for hour in raw}
+    deliveries = expected.read_deliveries(settings.backup_root)
+    transformed = published_rows(settings.warehouse_dir, release, "transformed.payloads")
+    truth_transformed = expected.transformed_rows(deliveries)
+    assert transformed == {hour: truth_transformed.get(hour, 0) for hour in transformed}
     sessions = published_sessions(settings.warehouse_dir, release)
-    truth = expected.sessions(expected.read_deliveries(settings.backup_root), sorted(sessions))
+    truth = expected.sessions(deliveries, sorted(sessions))
     assert sessions and sessions == {
         hour: {expected.session_key(s) for s in found} for hour, found in truth.items()
     }

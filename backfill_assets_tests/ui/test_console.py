@@ -16,7 +16,6 @@ Screenshots: on failure into ``var/test-artifacts/ui``; with ``UPDATE_SCREENSHOT
 from __future__ import annotations
 
 import os
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,8 +28,8 @@ from backfill_assets.release import keys
 from backfill_assets.settings import PARTITIONS_END_ENV as ENV_END
 from backfill_assets.settings import PARTITIONS_START_ENV as ENV_START
 from backfill_assets.settings import PROJECT_ROOT
-from backfill_assets_dev.stack.servers import Processes, free_port
-from backfill_assets_tests.helpers.processes import bin_of, start_daemon
+from backfill_assets_dev.stack.servers import Processes
+from backfill_assets_tests.helpers.processes import start_daemon, start_webserver
 
 FIRST, LAST, BAD = "2026-11-20T00", "2026-11-20T05", "2026-11-20T03"
 # An operator's reason that spells HTML, a heading, a table row and a link: shown as text
@@ -39,15 +38,7 @@ HOSTILE_REASON = (
 )
 HOSTILE_TICKET = "OPS-7\n## ticket heading"
 README_PICTURES = PROJECT_ROOT / "docs" / "screenshots"
-WORKSPACE = str(PROJECT_ROOT / "workspace.yaml")
-
-
-def responds(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return response.status == 200
-    except OSError:
-        return False
+WORKSPACE = PROJECT_ROOT / "workspace.yaml"
 
 
 @dataclass
@@ -72,7 +63,6 @@ def console(run_release, make_backups, instance, tmp_path) -> Iterator[Console]:
     )
     assert not repair.success
 
-    port = free_port()
     env = {
         **os.environ,
         "DAGSTER_HOME": instance.root_directory,
@@ -84,16 +74,8 @@ def console(run_release, make_backups, instance, tmp_path) -> Iterator[Console]:
         ENV_END: "2026-11-20T06",
     }
     processes = Processes()
-    web = processes.start(
-        "dagster-webserver",
-        [bin_of("dagster-webserver"), "-h", "127.0.0.1", "-p", str(port), "-w", WORKSPACE],
-        log=tmp_path / "webserver.log",
-        env=env,
-        cwd=PROJECT_ROOT,
-    )
     try:
-        url = f"http://127.0.0.1:{port}"
-        processes.wait_until(web, lambda: responds(f"{url}/server_info"), what="the UI")
+        _web, url = start_webserver(processes, env, tmp_path / "webserver.log", WORKSPACE)
         yield Console(url, env, processes, tmp_path)
     finally:
         processes.stop_all()
