@@ -310,8 +310,11 @@ def published_once_and_right(settings, release: str) -> set[str]:
         "aggregated.client_hourly",
     }
     raw = published_rows(settings.warehouse_dir, release, "raw.payloads")
-    truth_raw = expected.raw_rows(settings.backup_root)
-    assert raw == {hour: truth_raw.get(hour, (0, 0))[0] for hour in raw}
+    quarantine = published_rows(settings.warehouse_dir, release, "raw.quarantine")
+    truth_raw = expected.raw_rows(settings.backup_root)  # (payload rows, quarantined lines)
+    assert {hour: (raw[hour], quarantine.get(hour, 0)) for hour in raw} == {
+        hour: truth_raw.get(hour, (0, 0)) for hour in raw
+    }
     deliveries = expected.read_deliveries(settings.backup_root)
     transformed = published_rows(settings.warehouse_dir, release, "transformed.payloads")
     truth_transformed = expected.transformed_rows(deliveries)
