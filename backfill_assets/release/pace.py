@@ -89,7 +89,7 @@ class Progress:
             f"{x.name} {x.built}/{x.total} h built, {x.checked}/{x.total} checked"
             for x in self.layers
         ]
-        parts.append(f"{self.runs_done} of {self.runs} run(s) done")
+        parts.append(f"{self.runs_done} run(s) done of {self.runs} requested so far")
         if self.elapsed is not None:
             parts[-1] += f" in {duration(self.elapsed)}"
         done, total = self.figures

@@ -123,17 +123,20 @@ def test_overlapping_cli_backfills_one_proceeds_the_other_is_refused_and_the_sen
         assert "estimate: " in outputs[name]  # printed before launching (nothing measured)
         assert launched[name] in outputs[name]  # the CLI named its backfill
         progress = [x for x in outputs[name].splitlines() if x.startswith("progress: ")]
-        assert progress and "run(s) done" in progress[-1], outputs[name][-4000:]
+        assert progress and "run(s) done of" in progress[-1], outputs[name][-4000:]
     # the dry run queued behind the winner: several lines, the last with its hour built
     # and checked; the report gives the same figures
     dry_lines = [x for x in outputs["dry"].splitlines() if x.startswith("progress: ")]
     assert (
         len(dry_lines) >= 2
-        and "raw 1/1 h built, 1/1 checked; 1 of 1 run(s) done" in (dry_lines[-1])
+        and "raw 1/1 h built, 1/1 checked; 1 run(s) done of 1 requested so far" in (dry_lines[-1])
     ), outputs["dry"][-4000:]
     shown = cli(env, "report", "--backfill", launched["dry"], "--no-diff")
     assert shown.returncode == 0, shown.output[-3000:]
-    assert "progress: raw 1/1 h built, 1/1 checked; 1 of 1 run(s) done in " in shown.stdout
+    assert (
+        "progress: raw 1/1 h built, 1/1 checked; 1 run(s) done of 1 requested so far in "
+        in shown.stdout
+    )
     assert shown.stdout.split("progress: ")[1].splitlines()[0].endswith("; finished")
     backfills = {b.backfill_id: b for b in instance.get_backfills()}
     runs = {

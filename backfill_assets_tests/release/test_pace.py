@@ -31,12 +31,12 @@ def test_the_line_names_every_layer_the_runs_and_the_time_left() -> None:
     line = Progress(layers, 3, 7, 600.0, 360.0).line()
     assert line == (
         "progress: raw 12/72 h built, 12/72 checked; sessions 0/74 h built, 0/74 checked; "
-        "3 of 7 run(s) done in 10 min; about 6 min left"
+        "3 run(s) done of 7 requested so far in 10 min; about 6 min left"
     )
     assert (
         Progress(layers, 0, 1, None, None)
         .line()
-        .endswith("0 of 1 run(s) done; time left unknown until an hour is built")
+        .endswith("0 run(s) done of 1 requested so far; time left unknown until an hour is built")
     )
     assert Progress(layers, 7, 7, 600.0, 0.0, finished=True).line().endswith("; finished")
     complete = (LayerProgress("raw", 2, 2, 2),)  # the backfill not marked ended yet
