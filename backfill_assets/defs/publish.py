@@ -338,7 +338,10 @@ def _publish_asset(fn: Callable) -> dg.AssetsDefinition:
             output_required=False,  # a dry run, or a refused publish, materializes nothing
             # Hourly like the layers, one run per range: in a backfill Dagster runs it in
             # the run of the release's last layer (the same hours, ``publish_deps``), after
-            # that layer's checks, instead of in a run of its own.
+            # that layer's checks, when the release is one chunk of that layer; a longer
+            # release's chunks are each followed by a short publish run of their own
+            # (Dagster joins a child over a window mapping only when its parent's whole
+            # target is requested in the same iteration).
             partitions_def=hourly_partitions,
             backfill_policy=WINDOW_RUN_POLICY,
         )(fn)
