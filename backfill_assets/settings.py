@@ -313,13 +313,14 @@ def partition_span(env: Mapping[str, str] | None = None) -> tuple[str, str | Non
 
 # ------------------------------------------------------------------- a release's runs
 HOURS_PER_RUN_ENV = "BACKFILL_HOURS_PER_RUN"
-DEFAULT_HOURS_PER_RUN = 24
+# A day and its session window (3 hours on each side): a day's release is one run per layer.
+DEFAULT_HOURS_PER_RUN = 30
 
 
 def hours_per_run(env: Mapping[str, str] | None = None) -> int:
-    """``BACKFILL_HOURS_PER_RUN`` (24): the most hours of a layer one run builds (the
-    session layer's runs: this and its window's hours); a longer release is built in chunks
-    of runs, so a failure costs one chunk (``resume``) and a run's memory stays a day's."""
+    """``BACKFILL_HOURS_PER_RUN`` (30): the most hours of a layer one run builds, every layer
+    alike; a longer release is built in chunks of runs, so a failure costs one chunk
+    (``resume``) and a run's memory stays about a day's."""
     return env_int(_environ(env), HOURS_PER_RUN_ENV, DEFAULT_HOURS_PER_RUN, 1)
 
 

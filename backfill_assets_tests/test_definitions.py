@@ -12,7 +12,7 @@ from backfill_assets.core.tags import PUBLISH_POOL
 from backfill_assets.definitions import build_definitions
 from backfill_assets.defs.checks.published import RELEASE_GATE
 from backfill_assets.defs.jobs.vacuum import SCHEDULE_ENV, VACUUM_JOB, VACUUM_SCHEDULE
-from backfill_assets.defs.partitions import RUN_POLICY, WINDOW_RUN_POLICY, hourly_partitions_def
+from backfill_assets.defs.partitions import RUN_POLICY, hourly_partitions_def
 from backfill_assets.defs.publish import PUBLISH
 from backfill_assets.settings import PROJECT_ROOT
 from backfill_assets_tests.helpers.processes import bin_of
@@ -28,9 +28,9 @@ def test_one_entry_point_named_in_workspace_and_pyproject():
 
 def test_every_asset_is_hourly_single_run_described_and_versioned(base_settings):
     """Shadows (what a release builds) are hourly, in runs of BACKFILL_HOURS_PER_RUN hours
-    (the session layer's: plus its window's hours), versioned; the
+    plus the session window's (one policy for every layer), versioned; the
     published tables are specs no run computes (changed only by publish and rollback);
-    ``release/publish`` is hourly and in runs of the session layer's size, in the publish pool, its
+    ``release/publish`` is hourly and of the same policy, in the publish pool, its
     parents the shadows: the session layer's hour for hour, the received-hour layers'
     through the session window (so Dagster runs it in the session layer's run)."""
     defs = build_definitions(base_settings)
@@ -42,7 +42,7 @@ def test_every_asset_is_hourly_single_run_described_and_versioned(base_settings)
         assert node.description, key
         if key == PUBLISH:
             assert node.partitions_def == hourly_partitions_def() and node.group_name == "release"
-            assert node.backfill_policy == WINDOW_RUN_POLICY  # its layer's: in the same run
+            assert node.backfill_policy == RUN_POLICY  # its layer's: in the same run
             assert node.pools == {PUBLISH_POOL}
             assert node.is_materializable
             continue
@@ -51,8 +51,7 @@ def test_every_asset_is_hourly_single_run_described_and_versioned(base_settings)
         if key.path[0] == "shadow":
             shadows.append(key)
             assert node.is_materializable, key
-            windowed = key.path[-1].startswith(("sessions", "client_hourly"))
-            assert node.backfill_policy == (WINDOW_RUN_POLICY if windowed else RUN_POLICY), key
+            assert node.backfill_policy == RUN_POLICY, key  # one policy: layers share runs
             assert node.code_version, key
         else:
             published.append(key)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dagster as dg
 
-from backfill_assets.core.windows import LOOKAHEAD_HOURS, LOOKBACK_HOURS
 from backfill_assets.settings import HOUR_FORMAT, hours_per_run, partition_span
 
 
@@ -20,17 +19,18 @@ def hourly_partitions_def() -> dg.HourlyPartitionsDefinition:
     )
 
 
-def run_policy(window_hours: int = 0) -> dg.BackfillPolicy:
+def run_policy() -> dg.BackfillPolicy:
     """How a backfill splits a layer's hours into runs: ``BACKFILL_HOURS_PER_RUN`` hours
-    each, plus ``window_hours`` for a layer whose hour reads a window of hours around it.
-    Steps of the same policy join in one run (Dagster), so the publish shares its layer's."""
-    return dg.BackfillPolicy.multi_run(max_partitions_per_run=hours_per_run() + window_hours)
+    each, every layer and the publish alike. Dagster puts steps of the same policy and
+    partitions, over an identity mapping, in one run: a release whose session hours are
+    its hours (the newest hours) is one run; a day's session hours (3 more on each side,
+    30 by default) are one run too."""
+    return dg.BackfillPolicy.multi_run(max_partitions_per_run=hours_per_run())
 
 
 # The assets and checks are declared when their modules load: the span is read then.
 hourly_partitions = hourly_partitions_def()
+# One policy for every layer: with two (the session layer's larger by its window), the
+# newest day, whose layers all have the same 24 hours, was two runs. A run's memory follows
+# the hours it reads: a chunk is at most a day and its window.
 RUN_POLICY = run_policy()
-# The session layer and the publish: a release's session hours reach its hours' window
-# (lookback and lookahead) beyond them, so a release of BACKFILL_HOURS_PER_RUN hours is one
-# run of this layer too; a run's memory follows the hours it reads, about a chunk's either way.
-WINDOW_RUN_POLICY = run_policy(LOOKBACK_HOURS + LOOKAHEAD_HOURS)

@@ -28,7 +28,7 @@ from backfill_assets.core.warehouse import database, erasure, gates, publisher
 from backfill_assets.defs.checks.published import release_gate_evaluations
 from backfill_assets.defs.layers import aggregated, raw, transformed
 from backfill_assets.defs.layers.common import json_metadata, refuse, run_lineage
-from backfill_assets.defs.partitions import WINDOW_RUN_POLICY, hourly_partitions
+from backfill_assets.defs.partitions import RUN_POLICY, hourly_partitions
 from backfill_assets.defs.resources.launch_form import LaunchForm
 from backfill_assets.defs.resources.spark import usage_metadata
 from backfill_assets.defs.resources.warehouse import Warehouse
@@ -343,7 +343,7 @@ def _publish_asset(fn: Callable) -> dg.AssetsDefinition:
             # (Dagster joins a child over a window mapping only when its parent's whole
             # target is requested in the same iteration).
             partitions_def=hourly_partitions,
-            backfill_policy=WINDOW_RUN_POLICY,
+            backfill_policy=RUN_POLICY,
         )(fn)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from backfill_assets.core.hours import parse_hour
@@ -127,21 +127,21 @@ def resolve_upstream(
     windowed: bool = False,
 ) -> UpstreamView:
     """Per hour: the newest version of ``upstream`` that release ``release_id`` wrote, else
-    the published partition of ``published``; two small lookups, no scan of the data.
+    the published partition of ``published``; two small lookups (the ledger database and the
+    metastore), no Spark job.
     An hour with neither is declared empty (``allowed_empty``), outside the backups
     (``outside``), unavailable (a ``windowed`` reader's gap) or missing (refused)."""
     for hour in hours:
         parse_hour(hour)
-    written = audit.read(spark, audit.SHADOW_PARTITIONS).where(
-        (F.col("table_name") == upstream)
-        & (F.col("release_id") == release_id)
-        & F.col("hour").isin(hours)
+    candidates: dict[str, tuple[str, str]] = {}
+    written = audit.rows(
+        audit.warehouse_of(spark),
+        audit.SHADOW_PARTITIONS,
+        {"table_name": upstream, "release_id": release_id, "hour": hours},
+        order_by="written_at",
     )
-    newest = F.row_number().over(Window.partitionBy("hour").orderBy(F.col("written_at").desc()))
-    candidates = {
-        r["hour"]: (r["version"], r["location"])
-        for r in written.withColumn("_n", newest).where(F.col("_n") == 1).collect()
-    }
+    for row in written:  # oldest first: the newest version of each hour stays
+        candidates[row["hour"]] = (row["version"], row["location"])
     locations = partition_locations(spark, published)
     live = {h: locations[h] for h in hours if h not in candidates and h in locations}
     rest = [h for h in hours if h not in candidates and h not in live]

@@ -156,16 +156,16 @@ def version_to_check(
     wanted = tags.partition_range(context.run.tags)
     if not wanted:
         return own, [], "this run wrote no shadow version and names no hours (choose a range)"
-    newest = (
-        audit.read(spark, audit.SHADOW_PARTITIONS)
-        .where((F.col("table_name") == table) & F.col("hour").isin(wanted))
-        .orderBy(F.col("written_at").desc())
-        .select("version")
-        .first()
+    written = audit.rows(
+        audit.warehouse_of(spark),
+        audit.SHADOW_PARTITIONS,
+        {"table_name": table, "hour": wanted},
+        order_by="written_at",
     )
+    newest = written[-1]["version"] if written else None
     if newest is None:
         return own, [], f"no shadow version of {table} for {wanted[0]}..{wanted[-1]} yet"
-    return newest[0], [h for h in written_hours(spark, table, newest[0]) if h in wanted], ""
+    return newest, [h for h in written_hours(spark, table, newest) if h in wanted], ""
 
 
 def release_of(
@@ -176,25 +176,21 @@ def release_of(
     run's version, against what that run's release read)."""
     if version == context.run.run_id:
         return tags.release_id(context.run.tags, context.run.run_id)
-    row = (
-        audit.read(spark, audit.SHADOW_PARTITIONS)
-        .where((F.col("table_name") == table) & (F.col("version") == run_id(version)))
-        .select("release_id")
-        .first()
-    )
+    found = _versions_rows(spark, table, version)
+    row = found[0] if found else None
     return (row["release_id"] if row else None) or version
 
 
 def written_hours(spark: SparkSession, table: str, version: str) -> list[str]:
     """Hours of ``table`` that run ``version`` wrote (from ``audit.shadow_partitions``)."""
-    rows = (
-        audit.read(spark, audit.SHADOW_PARTITIONS)
-        .where((F.col("table_name") == table) & (F.col("version") == run_id(version)))
-        .select("hour")
-        .distinct()
-        .collect()
-    )
-    return sorted(r[0] for r in rows)
+    return sorted({r["hour"] for r in _versions_rows(spark, table, version)})
+
+
+def _versions_rows(spark: SparkSession, table: str, version: str) -> list[dict]:
+    """``audit.shadow_partitions``' rows of ``table`` written by run ``version`` (SQL, no
+    Spark job)."""
+    where = {"table_name": table, "version": run_id(version)}
+    return audit.rows(audit.warehouse_of(spark), audit.SHADOW_PARTITIONS, where)
 
 
 def shadow_version(spark: SparkSession, table: str, version: str) -> DataFrame:

@@ -33,15 +33,10 @@ def rollback_events(
     """A materialization per (table, hour) in the publish format, saying what is live now."""
     locations = {e["new_location"] for e in events if e["new_location"]}
     by_location = {}
-    if locations:
-        from pyspark.sql import functions as F
-
-        rows = (
-            audit.read(spark, audit.SHADOW_PARTITIONS)
-            .where(F.col("location").isin(sorted(locations)))
-            .collect()
-        )
-        by_location = {r["location"]: r.asDict() for r in rows}
+    if locations:  # the ledger database's rows (SQL, no Spark job)
+        where = {"location": locations}
+        rows = audit.rows(audit.warehouse_of(spark), audit.SHADOW_PARTITIONS, where)
+        by_location = {r["location"]: r for r in rows}
     result = []
     for e in events:
         restored = by_location.get(e["new_location"] or "", {})

@@ -51,7 +51,7 @@ from backfill_assets.defs.layers.common import (
     shadow_out,
     with_lineage,
 )
-from backfill_assets.defs.partitions import WINDOW_RUN_POLICY, hourly_partitions
+from backfill_assets.defs.partitions import RUN_POLICY, hourly_partitions
 from backfill_assets.defs.resources.launch_form import LaunchForm
 from backfill_assets.release.holds import refuse_if_held
 from backfill_assets.release.keys import table_key
@@ -130,7 +130,7 @@ def session_window_mapping() -> dg.TimeWindowPartitionMapping:
         )
     },
     partitions_def=hourly_partitions,
-    backfill_policy=WINDOW_RUN_POLICY,
+    backfill_policy=RUN_POLICY,
     can_subset=False,
 )
 def aggregated_shadow(

@@ -83,7 +83,7 @@ def test_a_parquet_ledger_of_the_previous_version_is_imported_once_every_row(
         revision = connection.execute(
             sa.text("SELECT version_num FROM audit_schema_version")
         ).scalar()
-    assert revision == "0003"
+    assert revision == "0004"
 
 
 def test_an_unreachable_ledger_database_is_named_in_one_line(tmp_path, monkeypatch) -> None:
