@@ -201,7 +201,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     Spark session are in two groups (``_spark_group``), each run by one worker in ONE
     session; the production stack's tests are one group too (one stack of servers); the
     others (servers, Dagster daemons, subprocesses, pure Python) are grouped by module (a
-    module's fixtures are set up once) and spread over the other workers, mostly
+    module's fixtures are set up once; each test of an ``independent`` module is a group of
+    its own) and spread over the other workers, mostly
     waiting on processes while the Spark workers compute; the longest start first."""
     if not config.pluginmanager.hasplugin("xdist"):
         return
@@ -210,6 +211,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             group = _spark_group(item)
         elif "/stack/" in item.nodeid:
             group = "stack"  # one production stack (its servers are session fixtures)
+        elif item.get_closest_marker("independent"):
+            group = item.nodeid  # long tests of a module that share nothing: side by side
         else:
             group = item.module.__name__ if isinstance(item, pytest.Function) else "processes"
         item.add_marker(pytest.mark.xdist_group(group))

@@ -155,13 +155,12 @@ def test_overlapping_cli_backfills_one_proceeds_the_other_is_refused_and_the_sen
             assert run.status in (dg.DagsterRunStatus.CANCELED, dg.DagsterRunStatus.FAILURE)
             assert PUBLISH not in (run.asset_selection or ())
     # the publishing release built its layers in one run, then ran its publish step (over
-    # the session hours: not those of its layers, so in a run of its own)
+    # the session hours: not those of its layers, so in a run of its own). Either may win
+    # on a busy machine: the first builds raw and transformed, the second raw only.
+    built = {"first": ["raw_payloads", "raw_quarantine", "transformed_payloads"]}
+    built["second"] = built["first"][:2]
     selected = sorted(sorted(k.to_user_string() for k in r.asset_selection) for r in runs[winner])
-    assert selected == [
-        ["release/publish"],
-        [*(f"shadow/{t}_candidate" for t in ("raw_payloads", "raw_quarantine")),
-         "shadow/transformed_payloads_candidate"],
-    ]  # fmt: skip
+    assert selected == [["release/publish"], [f"shadow/{t}_candidate" for t in built[winner]]]
     assert backfills[launched["dry"]].tags.get(tags.MODE) == "dry_run"
     # built and checked, nothing published
     assert all(PUBLISH not in r.asset_selection for r in runs["dry"])

@@ -33,7 +33,7 @@ from backfill_assets_tests.helpers.processes import (
 )
 from backfill_assets_tests.helpers.releases import published_once_and_right
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.independent]
 
 FIRST, LAST = "2026-11-20T00", "2026-11-20T03"
 TREE = {"2026-11-20T00", "2026-11-20T01", "2026-11-20T02", "2026-11-20T03"}
