@@ -133,15 +133,14 @@ def resolve_upstream(
     (``outside``), unavailable (a ``windowed`` reader's gap) or missing (refused)."""
     for hour in hours:
         parse_hour(hour)
-    candidates: dict[str, tuple[str, str]] = {}
     written = audit.rows(
         audit.warehouse_of(spark),
         audit.SHADOW_PARTITIONS,
         {"table_name": upstream, "release_id": release_id, "hour": hours},
         order_by="written_at",
     )
-    for row in written:  # oldest first: the newest version of each hour stays
-        candidates[row["hour"]] = (row["version"], row["location"])
+    # oldest first: the newest version of each hour is the one kept
+    candidates = {r["hour"]: (r["version"], r["location"]) for r in written}
     locations = partition_locations(spark, published)
     live = {h: locations[h] for h in hours if h not in candidates and h in locations}
     rest = [h for h in hours if h not in candidates and h not in live]

@@ -162,10 +162,10 @@ def version_to_check(
         {"table_name": table, "hour": wanted},
         order_by="written_at",
     )
-    newest = written[-1]["version"] if written else None
-    if newest is None:
+    if not written:
         return own, [], f"no shadow version of {table} for {wanted[0]}..{wanted[-1]} yet"
-    return newest, [h for h in written_hours(spark, table, newest) if h in wanted], ""
+    newest = written[-1]["version"]  # oldest first
+    return newest, sorted({r["hour"] for r in written if r["version"] == newest}), ""
 
 
 def release_of(
@@ -177,8 +177,7 @@ def release_of(
     if version == context.run.run_id:
         return tags.release_id(context.run.tags, context.run.run_id)
     found = _versions_rows(spark, table, version)
-    row = found[0] if found else None
-    return (row["release_id"] if row else None) or version
+    return (found[0]["release_id"] if found else None) or version
 
 
 def written_hours(spark: SparkSession, table: str, version: str) -> list[str]:
