@@ -244,6 +244,7 @@ def run_job(
                 {"ops": {op: {"config": config}}},
                 run_tags,
                 workspace=supervisor.workspace(),
+                prestarted=supervisor.graphql_process(),
             )
         except launch.LaunchError as exc:
             raise CommandError(str(exc)) from None
@@ -311,7 +312,6 @@ def refuse_if_held(
 
 
 def run_backfill(args: argparse.Namespace) -> int:
-    from backfill_assets.definitions import build_definitions
     from backfill_assets.release.instance import get_instance
     from backfill_assets.settings import Settings
 
@@ -320,7 +320,9 @@ def run_backfill(args: argparse.Namespace) -> int:
     instance = get_instance(settings)
     with supervisor_of(settings, instance) as supervisor:
         if not args.no_wait:
-            supervisor.prepare()  # the code server loads while the release is planned
+            supervisor.prepare()  # the code server loads while this command loads and plans
+        from backfill_assets.definitions import build_definitions
+
         defs = build_definitions(settings)
         return _run_backfill(args, hours, layers, (settings, defs, instance), supervisor)
 
@@ -359,6 +361,7 @@ def _run_backfill(args, hours: list[str], layers: list[str], context, supervisor
             title=f"{kind} {args.first}..{args.last} {'+'.join(layers)}",
             description=one_line(args.reason or "", tags.MAX_REASON_CHARS),
             workspace=supervisor.workspace(),
+            prestarted=supervisor.graphql_process(),
         )
     except launch.LaunchError as exc:
         raise CommandError(str(exc)) from None
@@ -475,6 +478,7 @@ def _submit_publish(args: argparse.Namespace, config: dict, title: str) -> int:
                 title=title,
                 run_config={"ops": {"release__publish": {"config": config}}},
                 workspace=supervisor.workspace(),
+                prestarted=supervisor.graphql_process(),
             )
         except launch.LaunchError as exc:
             raise CommandError(str(exc)) from None

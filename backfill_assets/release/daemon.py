@@ -27,6 +27,7 @@ from backfill_assets.release.launch import (
     bin_path,
     settings_env,
 )
+from backfill_assets.release.prestart import Prestarted
 from backfill_assets.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -48,20 +49,27 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child before e
         signal.signal(interrupt, signal.SIG_DFL)
 
 
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` still runs. Zombies do not count: a member whose
+    parent died waits to be reaped by init, up to a second or more here after it has
+    exited, holding nothing but its process id."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            state, _ppid, group = stat.read_text().rpartition(")")[2].split()[:3]
+            if int(group) == pgid and state != "Z":
+                return True
+    return False
+
+
 def _group_gone(pgid: int, seconds: float) -> bool:
-    """Wait up to ``seconds`` until no process of group ``pgid`` is left (exited members
-    are reaped by init); True if none is."""
+    """Wait up to ``seconds`` until no process of group ``pgid`` is left running; True if
+    none is."""
     deadline = time.monotonic() + seconds
-    while True:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:  # pragma: no cover - a member we may not signal
-            pass
+    while _group_alive(pgid):
         if time.monotonic() >= deadline:
             return False
-        time.sleep(0.1)
+        time.sleep(0.05)
+    return True
 
 
 def stop_process_groups(processes: list[subprocess.Popen], timeout: float = 30.0) -> None:
@@ -116,6 +124,11 @@ class DaemonSupervisor:
     loaded once per command, not once per process; and ``kick`` restarts the daemon alone
     (no code to load) so that its backfill iteration, which Dagster runs as the daemon
     starts and then every 30 s, sees a run's end at once.
+
+    Each daemon and the command's GraphQL call start from a process started ahead
+    (``release.prestart``): the first daemon and the GraphQL call's with the code server,
+    the next daemon while a run is in flight (``expect_kick``), so Dagster's imports are
+    not waited for between a run's end and the next run.
     """
 
     def __init__(self, settings: Settings, instance: dg.DagsterInstance, log_file: Path):
@@ -127,6 +140,8 @@ class DaemonSupervisor:
         self.process: subprocess.Popen | None = None
         self.code_server: subprocess.Popen | None = None
         self._scratch: Path | None = None
+        self._next_daemon: Prestarted | None = None
+        self._graphql: Prestarted | None = None
 
     def _external_daemon(self) -> bool:
         """A daemon we did not start sent a heartbeat after the last one we stopped."""
@@ -160,6 +175,18 @@ class DaemonSupervisor:
                 preexec_fn=_die_with_parent,
             )
 
+    def _prestart_daemon(self) -> None:
+        if self._next_daemon is None:
+            self.log_file.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.log_file, "ab") as out:
+                self._next_daemon = Prestarted(
+                    "dagster-daemon",
+                    env=settings_env(self.settings),
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    preexec_fn=_die_with_parent,
+                )
+
     def prepare(self) -> None:
         """Start the code server of a daemon this command will run (none if another process
         serves the instance); returns at once, ``workspace`` waits for it."""
@@ -177,6 +204,19 @@ class DaemonSupervisor:
             [bin_path("dagster"), "api", "grpc", "--module-name", CODE_MODULE,
              "--socket", str(sock), "--location-name", LOCATION]
         )  # fmt: skip
+        self._prestart_daemon()
+        self._graphql = Prestarted(
+            "dagster-graphql",
+            env=settings_env(self.settings),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+
+    def graphql_process(self) -> Prestarted | None:
+        """The process prestarted for this command's (first) GraphQL call, once (None if
+        there is none, or it died: the call then starts its own)."""
+        process, self._graphql = self._graphql, None
+        return process if process is not None and process.process.poll() is None else None
 
     def workspace(self) -> Path:
         """The workspace file for Dagster processes of this command: the code server's once
@@ -198,8 +238,12 @@ class DaemonSupervisor:
 
     def _start_daemon(self) -> None:
         log.info("starting dagster-daemon for this command (log: %s)", self.log_file)
-        workspace = self.workspace()
-        self.process = self._spawn([bin_path("dagster-daemon"), "run", "-w", str(workspace)])
+        args = ["run", "-w", str(self.workspace())]
+        ahead, self._next_daemon = self._next_daemon, None
+        if ahead is not None and ahead.process.poll() is None:
+            self.process = ahead.start(args)
+        else:
+            self.process = self._spawn([bin_path("dagster-daemon"), *args])
 
     def ensure(self) -> None:
         """Called while waiting: start a daemon if none serves the instance."""
@@ -213,6 +257,12 @@ class DaemonSupervisor:
             self.prepare()
         if self.code_server is not None:
             self._start_daemon()
+
+    def expect_kick(self) -> None:
+        """A run is in flight: its end will ``kick`` the daemon; start the next one's
+        process now (nothing if another process runs the daemon)."""
+        if self.process is not None and self.process.poll() is None:
+            self._prestart_daemon()
 
     def kick(self) -> None:
         """Restart the daemon this command runs, so that its backfill iteration runs now
@@ -248,6 +298,16 @@ class DaemonSupervisor:
             while waiting and self.process.poll() is None:
                 time.sleep(poll_seconds)
                 waiting = self.busy()
+            if not waiting and self.code_server is not None:
+                # It serves no run: nothing of it to end cleanly, and its gRPC shutdown on
+                # SIGTERM takes 1.5 s that every command would wait for.
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.code_server.pid, signal.SIGKILL)
+        for ahead in (self._next_daemon, self._graphql):
+            if ahead is not None:  # waiting for arguments that will not come: no work lost
+                ahead.process.kill()
+                ahead.process.wait()
+        self._next_daemon = self._graphql = None
         stop_process_groups([p for p in (self.process, self.code_server) if p is not None])
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)

@@ -41,6 +41,7 @@ from backfill_assets.release.keys import PUBLISH_KEY
 from backfill_assets.release.orphans import fail_orphaned_runs
 from backfill_assets.release.outcomes import summarize
 from backfill_assets.release.pace import FINISHED, RUN_DONE
+from backfill_assets.release.prestart import Prestarted
 from backfill_assets.settings import PROJECT_ROOT, Settings, graphql_url
 
 log = logging.getLogger(__name__)
@@ -104,25 +105,39 @@ def bin_path(name: str) -> str:
 
 
 def graphql(
-    settings: Settings, query: str, variables: Mapping, workspace: Path = WORKSPACE
+    settings: Settings,
+    query: str,
+    variables: Mapping,
+    workspace: Path = WORKSPACE,
+    prestarted: Prestarted | None = None,
 ) -> dict:
     """Run one GraphQL operation against ``workspace`` (the project's, or the code server of
-    the command's daemon: ``DaemonSupervisor.workspace``) or ``DAGSTER_GRAPHQL_URL``."""
+    the command's daemon: ``DaemonSupervisor.workspace``) or ``DAGSTER_GRAPHQL_URL``, in a
+    ``dagster-graphql`` process (``prestarted``'s when given: ``DaemonSupervisor``)."""
     with tempfile.TemporaryDirectory(prefix="backfill-assets-graphql-") as scratch:
         output = Path(scratch) / "result.json"
-        command = [bin_path("dagster-graphql"), "-t", query, "-v", json.dumps(variables)]
-        command += ["-o", str(output)]
+        args = ["-t", query, "-v", json.dumps(variables), "-o", str(output)]
         remote = graphql_url()
-        command += ["--remote", remote] if remote else ["-w", str(workspace)]
-        done = subprocess.run(
-            command, capture_output=True, text=True, env=settings_env(settings), check=False
-        )
+        args += ["--remote", remote] if remote else ["-w", str(workspace)]
+        if prestarted is not None:
+            process = prestarted.start(args)
+            stdout, stderr = (b.decode(errors="replace") for b in process.communicate())
+            returncode = process.returncode
+        else:
+            done = subprocess.run(
+                [bin_path("dagster-graphql"), *args],
+                capture_output=True,
+                text=True,
+                env=settings_env(settings),
+                check=False,
+            )
+            stdout, stderr, returncode = done.stdout, done.stderr, done.returncode
         try:
             result = json.loads(output.read_text())
         except (OSError, ValueError):
             result = None
-    if done.returncode != 0 or not isinstance(result, dict) or result.get("errors"):
-        lines = (done.stderr + done.stdout).strip().splitlines()
+    if returncode != 0 or not isinstance(result, dict) or result.get("errors"):
+        lines = (stderr + stdout).strip().splitlines()
         detail = (result or {}).get("errors") or " | ".join(lines[-5:])
         raise LaunchError(f"dagster-graphql failed: {detail}")
     return result["data"]
@@ -169,6 +184,7 @@ def submit_backfill(
     description: str = "",
     run_config: Mapping | None = None,
     workspace: Path = WORKSPACE,
+    prestarted: Prestarted | None = None,
 ) -> str:
     """Submit an asset backfill (the UI's launch dialog request); returns its id.
 
@@ -184,7 +200,7 @@ def submit_backfill(
     }
     if run_config:
         params["runConfigData"] = dict(run_config)
-    data = graphql(settings, _BACKFILL, {"params": params}, workspace)
+    data = graphql(settings, _BACKFILL, {"params": params}, workspace, prestarted)
     return mutation_outcome(data["launchPartitionBackfill"], "LaunchBackfillSuccess")["backfillId"]
 
 
@@ -268,6 +284,7 @@ def submit_run(
     run_config: Mapping,
     run_tags: Mapping[str, str],
     workspace: Path = WORKSPACE,
+    prestarted: Prestarted | None = None,
 ) -> str:
     """Submit one run of ``job`` to the instance's run queue; returns its id."""
     params = {
@@ -281,7 +298,7 @@ def submit_run(
             "tags": [{"key": k, "value": v} for k, v in sorted(run_tags.items())]
         },
     }
-    data = graphql(settings, _RUN, {"params": params}, workspace)
+    data = graphql(settings, _RUN, {"params": params}, workspace, prestarted)
     return mutation_outcome(data["launchRun"], "LaunchRunSuccess")["run"]["runId"]
 
 
@@ -412,6 +429,8 @@ class Supervisor(Protocol):
 
     def ensure(self) -> None: ...
 
+    def expect_kick(self) -> None: ...
+
     def kick(self) -> None: ...
 
 
@@ -476,6 +495,9 @@ def follow(
         if status in FINISHED and not active:
             ordered = sorted(reported.values(), key=lambda r: r.run_id)
             return BackfillOutcome(backfill_id or run_id or "", status, ordered)
-        if ended and not active and backfill_id is not None and supervisor is not None:
-            supervisor.kick()
+        if backfill_id is not None and supervisor is not None:
+            if ended and not active:
+                supervisor.kick()
+            elif active:
+                supervisor.expect_kick()
         time.sleep(poll_seconds)

@@ -1,13 +1,16 @@
 """The daemon and code server a command starts (``release.daemon.DaemonSupervisor``)."""
 
 import logging
+import os
 import re
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from backfill_assets.release.daemon import DaemonSupervisor
+from backfill_assets.release.daemon import DaemonSupervisor, _group_alive
 from backfill_assets.release.instance import get_instance
 from backfill_assets.settings import Settings
 
@@ -43,3 +46,24 @@ def test_the_code_server_stops_at_once_when_the_command_ignores_interrupts(
         with caplog.at_level(logging.WARNING, logger="backfill_assets.release.daemon"):
             supervisor.close()
     assert "still alive" not in caplog.text  # stopped by SIGTERM, not killed after 30 s
+
+
+def test_a_group_whose_members_have_all_exited_is_gone_before_they_are_reaped():
+    """A run's Spark JVM outlives its parent by an instant and then waits, a zombie, for
+    init to reap it: up to seconds that every command waited for at its end. A group of
+    zombies holds nothing: it is gone."""
+    leader = subprocess.Popen(
+        [sys.executable, "-c", "import os, signal\nif os.fork() == 0: os._exit(0)\nsignal.pause()"],
+        start_new_session=True,
+    )
+    try:
+        assert _group_alive(leader.pid)  # the leader sleeps; its child is a zombie
+    finally:
+        leader.kill()
+    os.waitid(os.P_PID, leader.pid, os.WEXITED | os.WNOWAIT)  # dead, not reaped: a zombie
+    try:
+        state = Path(f"/proc/{leader.pid}/stat").read_text().rpartition(")")[2].split()[0]
+        assert state == "Z"
+        assert not _group_alive(leader.pid)
+    finally:
+        leader.wait()

@@ -1,16 +1,15 @@
 """The report's chart: rows per hour before and after, one panel per table (PNG, Agg).
 
 Uses matplotlib's object API with the Agg canvas directly, so it never touches the global
-backend of the process (the CLI, the tests and a notebook may all import it).
+backend of the process (the CLI, the tests and a notebook may all import it). matplotlib
+is imported when a chart is drawn, not with this module: it takes most of a second, and
+every process that loads the code location (the code server, each run) imports this one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
 BEFORE_COLOR = "#9aa5b1"
 AFTER_COLOR = "#2f7ed8"
@@ -23,6 +22,9 @@ def rows_chart(
 ) -> Path:
     """Write grouped bars of rows ``before``/``after`` per hour, for each table of
     ``series`` (table -> [(hour, before, after)]) that has rows; a missing count is 0."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     path = Path(path)
     tables = [t for t, points in series.items() if any(b or a for _, b, a in points)] or [
         "(no rows)"

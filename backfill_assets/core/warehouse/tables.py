@@ -6,7 +6,9 @@ hour keys, run ids, locations) so a partition key or a path cannot inject SQL.
 
 from __future__ import annotations
 
+import contextlib
 import re
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -84,6 +86,22 @@ def table_exists(spark: SparkSession, table: str) -> bool:
     """Whether ``table`` exists: one metastore call (``spark.catalog.tableExists`` makes two,
     looking the database up first; a missing database is a missing table here too)."""
     return bool(_external_catalog(spark).tableExists(*split_table(table)))
+
+
+def warm_metastore(spark: SparkSession) -> threading.Thread:
+    """Connect the session to its metastore in a thread of its own, while the caller does
+    other work: the first metastore call of a JVM starts the Hive client (and, locally,
+    boots Derby), 1.5-3 s that the first ``ensure_table`` or table read would wait for. That
+    call then finds the client ready (or waits for it); an error here is left for it to
+    raise."""
+
+    def connect() -> None:
+        with contextlib.suppress(Exception):
+            _external_catalog(spark).databaseExists("default")
+
+    thread = threading.Thread(target=connect, name="warm-metastore", daemon=True)
+    thread.start()
+    return thread
 
 
 def _external_catalog(spark: SparkSession):

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from dagster_aws.s3 import S3Resource
-
 from backfill_assets.core.backups.store import LocalBackupStore, S3BackupStore
 from backfill_assets.core.names import (
     BACKUPS,
@@ -47,6 +45,8 @@ def build_resources(settings: Settings) -> dict[str, Any]:
     backups: Any
     if is_uri(settings.backup_root):
         # through S3A when its jars are installed (make jars), as Spark opens local trees
+        from dagster_aws.s3 import S3Resource  # a second to import: only where backups are on S3
+
         s3a = bool(settings.spark_jars)
         s3 = S3Resource()  # dagster-aws's client: the same settings as the other AWS resources
         backups = S3BackupStore(

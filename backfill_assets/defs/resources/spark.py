@@ -27,6 +27,7 @@ from backfill_assets.core.spark.session import (
     spark_usage,
     start_session,
 )
+from backfill_assets.core.warehouse.tables import warm_metastore
 from backfill_assets.settings import Settings, short_run_bytes
 
 
@@ -73,6 +74,7 @@ class SparkResource(LazyPySparkResource):
             raise dg.Failure(description=str(exc)) from None
         if cold:  # this process's Spark start: JVM, context, session
             self._started = (began, time.time() - began)
+            warm_metastore(self._spark_session)
         session = self._spark_session
         self._usage_mark = (last_stage(session), time.monotonic(), last_job(session))
 
