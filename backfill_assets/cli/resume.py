@@ -130,7 +130,12 @@ def _resume_paused(args, settings, instance, latest) -> int:
         by = args.requested_by or getpass.getuser()
         pause.record(instance, latest.backfill_id, release, pause.RESUMED, by)
         try:
-            launch.resume_backfill(settings, latest.backfill_id, workspace=supervisor.workspace())
+            launch.resume_backfill(
+                settings,
+                latest.backfill_id,
+                workspace=supervisor.workspace(),
+                prestarted=supervisor.graphql_process(),
+            )
         except launch.LaunchError as exc:
             pause.record(instance, latest.backfill_id, release, pause.PAUSED, by, "resume failed")
             raise CommandError(f"release {release} stays paused: {exc}") from None
@@ -172,7 +177,10 @@ def run_resume(args: argparse.Namespace) -> int:
             supervisor.prepare()
         try:
             resumed = launch.reexecute_backfill(
-                settings, latest.backfill_id, workspace=supervisor.workspace()
+                settings,
+                latest.backfill_id,
+                workspace=supervisor.workspace(),
+                prestarted=supervisor.graphql_process(),
             )
         except launch.LaunchError as exc:
             raise CommandError(f"release {release}: {exc}") from None

@@ -23,7 +23,6 @@ import json
 import logging
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -41,7 +40,7 @@ from backfill_assets.release.keys import PUBLISH_KEY
 from backfill_assets.release.orphans import fail_orphaned_runs
 from backfill_assets.release.outcomes import summarize
 from backfill_assets.release.pace import FINISHED, RUN_DONE
-from backfill_assets.release.prestart import Prestarted
+from backfill_assets.release.prestart import Prestarted, completed
 from backfill_assets.settings import PROJECT_ROOT, Settings, graphql_url
 
 log = logging.getLogger(__name__)
@@ -119,25 +118,13 @@ def graphql(
         args = ["-t", query, "-v", json.dumps(variables), "-o", str(output)]
         remote = graphql_url()
         args += ["--remote", remote] if remote else ["-w", str(workspace)]
-        if prestarted is not None:
-            process = prestarted.start(args)
-            stdout, stderr = (b.decode(errors="replace") for b in process.communicate())
-            returncode = process.returncode
-        else:
-            done = subprocess.run(
-                [bin_path("dagster-graphql"), *args],
-                capture_output=True,
-                text=True,
-                env=settings_env(settings),
-                check=False,
-            )
-            stdout, stderr, returncode = done.stdout, done.stderr, done.returncode
+        done = completed([bin_path("dagster-graphql"), *args], settings_env(settings), prestarted)
         try:
             result = json.loads(output.read_text())
         except (OSError, ValueError):
             result = None
-    if returncode != 0 or not isinstance(result, dict) or result.get("errors"):
-        lines = (stderr + stdout).strip().splitlines()
+    if done.returncode != 0 or not isinstance(result, dict) or result.get("errors"):
+        lines = (done.stderr + done.stdout).strip().splitlines()
         detail = (result or {}).get("errors") or " | ".join(lines[-5:])
         raise LaunchError(f"dagster-graphql failed: {detail}")
     return result["data"]
@@ -233,11 +220,16 @@ mutation Reexecute($backfillId: String!) {
 }"""
 
 
-def reexecute_backfill(settings: Settings, backfill_id: str, workspace: Path = WORKSPACE) -> str:
+def reexecute_backfill(
+    settings: Settings,
+    backfill_id: str,
+    workspace: Path = WORKSPACE,
+    prestarted: Prestarted | None = None,
+) -> str:
     """Re-execute a finished backfill from failure, as the UI's *Re-execute* does: Dagster
     creates a backfill of what it did not materialize (tagged with the first backfill of
     the chain: the same release); returns its id."""
-    data = graphql(settings, _REEXECUTE, {"backfillId": backfill_id}, workspace)
+    data = graphql(settings, _REEXECUTE, {"backfillId": backfill_id}, workspace, prestarted)
     outcome = mutation_outcome(data["reexecutePartitionBackfill"], "LaunchBackfillSuccess")
     return outcome["backfillId"]
 
@@ -252,10 +244,15 @@ mutation Resume($backfillId: String!) {
 }"""
 
 
-def resume_backfill(settings: Settings, backfill_id: str, workspace: Path = WORKSPACE) -> str:
+def resume_backfill(
+    settings: Settings,
+    backfill_id: str,
+    workspace: Path = WORKSPACE,
+    prestarted: Prestarted | None = None,
+) -> str:
     """Set a paused backfill back to requested (Dagster's ``resumePartitionBackfill``): the
     daemon goes on from its data, nothing materialized or requested is requested again."""
-    data = graphql(settings, _RESUME, {"backfillId": backfill_id}, workspace)
+    data = graphql(settings, _RESUME, {"backfillId": backfill_id}, workspace, prestarted)
     return mutation_outcome(data["resumePartitionBackfill"], "ResumeBackfillSuccess")["backfillId"]
 
 

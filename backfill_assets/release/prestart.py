@@ -68,6 +68,21 @@ class Prestarted:
         self.process.wait()
 
 
+def completed(
+    command: Sequence[str], env: Mapping[str, str], prestarted: Prestarted | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``command`` (a console script and its arguments) run to its end, its output captured
+    as text: in ``prestarted``'s process when given (started for the same script), else in
+    a new one."""
+    if prestarted is None:
+        return subprocess.run(
+            list(command), capture_output=True, text=True, env=dict(env), check=False
+        )
+    process = prestarted.start(command[1:])
+    stdout, stderr = (b.decode(errors="replace") for b in process.communicate())
+    return subprocess.CompletedProcess(list(command), process.returncode, stdout, stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     (script,) = sys.argv[1:] if argv is None else argv
     (entry,) = importlib.metadata.entry_points(group="console_scripts", name=script)
