@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import fcntl
+import functools
 import json
 import logging
 import os
@@ -15,7 +16,9 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import dagster as dg
 
@@ -31,6 +34,7 @@ from backfill_assets.release.prestart import Prestarted
 from backfill_assets.settings import Settings
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 CODE_MODULE = "backfill_assets.definitions"
 CODE_SERVER_START_SECONDS = 300  # loading the definitions (PySpark, pandera) on a busy host
@@ -164,28 +168,24 @@ class DaemonSupervisor:
             self._lock = handle
         return not self._external_daemon()
 
-    def _spawn(self, command: list[str]) -> subprocess.Popen:
+    def _started(self, start: Callable[..., T]) -> T:
+        """``start`` a process of this command's: its environment, its output into the log,
+        stopped with the command (``_die_with_parent``)."""
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_file, "ab") as out:
-            return subprocess.Popen(
-                command,
+            return start(
                 env=settings_env(self.settings),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 preexec_fn=_die_with_parent,
             )
 
+    def _spawn(self, command: list[str]) -> subprocess.Popen:
+        return self._started(functools.partial(subprocess.Popen, command))
+
     def _prestart_daemon(self) -> None:
         if self._next_daemon is None:
-            self.log_file.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.log_file, "ab") as out:
-                self._next_daemon = Prestarted(
-                    "dagster-daemon",
-                    env=settings_env(self.settings),
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    preexec_fn=_die_with_parent,
-                )
+            self._next_daemon = self._started(functools.partial(Prestarted, "dagster-daemon"))
 
     def prepare(self) -> None:
         """Start the code server of a daemon this command will run (none if another process
@@ -304,9 +304,8 @@ class DaemonSupervisor:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(self.code_server.pid, signal.SIGKILL)
         for ahead in (self._next_daemon, self._graphql):
-            if ahead is not None:  # waiting for arguments that will not come: no work lost
-                ahead.process.kill()
-                ahead.process.wait()
+            if ahead is not None:
+                ahead.cancel()
         self._next_daemon = self._graphql = None
         stop_process_groups([p for p in (self.process, self.code_server) if p is not None])
         if self._scratch is not None:

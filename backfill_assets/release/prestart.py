@@ -6,8 +6,8 @@ daemon once the release is submitted and at each run's end; the GraphQL call onc
 server serves), so it starts the process early: it imports the script's module (through
 the installed console-script entry point, exactly what the executable runs) and waits for
 one line on its standard input, the script's arguments as JSON; then it runs the script
-with them. End of input before that line (``discard``, or the command died): it exits 0
-having done nothing.
+with them. End of input before that line (the command died): it exits 0 having done
+nothing.
 
 Run as ``python -m backfill_assets.release.prestart SCRIPT``.
 """
@@ -48,23 +48,18 @@ class Prestarted:
             preexec_fn=preexec_fn,
         )
 
-    @staticmethod
-    def arguments_line(args: Sequence[str]) -> bytes:
-        return json.dumps(list(args)).encode() + b"\n"
-
     def start(self, args: Sequence[str]) -> subprocess.Popen:
         """Run the script with ``args`` (its output goes where it was set to go)."""
         assert self.process.stdin is not None
         with self.process.stdin:
-            self.process.stdin.write(self.arguments_line(args))
+            self.process.stdin.write(json.dumps(list(args)).encode() + b"\n")
         self.process.stdin = None  # closed: ``communicate``/``wait`` must not touch it
         return self.process
 
-    def discard(self) -> None:
-        """Not needed after all: end of input, the process exits without running."""
-        if self.process.stdin is not None:
-            self.process.stdin.close()
-            self.process.stdin = None
+    def cancel(self) -> None:
+        """Not needed after all: killed (it has run nothing; waiting for its imports to end
+        so that it could read end of input would cost up to 2 s)."""
+        self.process.kill()
         self.process.wait()
 
 

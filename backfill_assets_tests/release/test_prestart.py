@@ -1,6 +1,7 @@
 """Console scripts started before their arguments (``release.prestart``)."""
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -29,11 +30,18 @@ def test_a_failing_script_passes_its_exit_status_on():
     assert b"no-such-command" in stderr
 
 
-def test_a_discarded_process_exits_without_running_the_script():
+def test_a_process_whose_command_died_exits_without_running_the_script():
+    """Its command gone (SIGKILLed), its standard input ends before any arguments came."""
     ahead = _ahead()
-    ahead.discard()
+    stdout, _ = ahead.process.communicate(timeout=120)  # closes its input: end of input
     assert ahead.process.returncode == 0
-    assert ahead.process.stdout.read() == b""  # no usage printed: the script never ran
+    assert stdout == b""  # no usage printed: the script never ran
+
+
+def test_a_cancelled_process_is_gone():
+    ahead = _ahead()
+    ahead.cancel()
+    assert ahead.process.returncode == -signal.SIGKILL  # killed, not run to its end
 
 
 def test_completed_gives_the_same_result_in_a_prestarted_process_as_in_a_new_one():
