@@ -185,14 +185,19 @@ def _start_order(item: pytest.Item) -> int:
 
 
 # The Spark tests in two groups of about equal time (two workers, a Spark session each:
-# one session runs on about one core): the layers', the checks' and the small packages'
-# tests, and the rest (backups, publishing, the console).
-_FIRST_SPARK_GROUP = ("layers", "checks", "analysis", "cli", "sensors", "reporting", "resources")
+# one session runs on about one core), by the folder a test module is in: the layers',
+# the checks', the reports', the console's and the small folders' tests, and the rest
+# (backups, the warehouse, the release).
+_FIRST_SPARK_GROUP = (
+    "layers", "checks", "analysis", "cli", "sensors", "reporting", "resources", "ui"
+)  # fmt: skip
 
 
 def _spark_group(item: pytest.Item) -> str:
-    package = item.nodeid.split("/")[1] if item.nodeid.count("/") > 1 else ""
-    return "spark-1" if package in _FIRST_SPARK_GROUP else "spark-2"
+    """``spark-1`` or ``spark-2`` by the innermost folder of the test's module
+    (``backfill_assets_tests/core/layers/test_x.py``: ``layers``)."""
+    folders = item.nodeid.split("::")[0].split("/")[1:-1]
+    return "spark-1" if folders and folders[-1] in _FIRST_SPARK_GROUP else "spark-2"
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the marks into groups

@@ -2,10 +2,13 @@
 mapped by every driver (``backfill_assets.core.spark.jvm_archive``)."""
 
 import json
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 from backfill_assets.core.spark import jvm_archive
+from backfill_assets.settings import PROJECT_ROOT
 from backfill_assets_dev import jvm_archive as making
 
 
@@ -61,3 +64,35 @@ def test_an_archive_dumped_before_the_jars_changed_is_not_current(monkeypatch, t
     assert making.is_current()
     (jars / "hadoop-aws-3.5.0.jar").write_bytes(b"a jar")
     assert not making.is_current()
+
+
+def test_a_run_process_driver_maps_the_archive_too(tmp_path: Path):
+    # A Dagster run process has SPARK_CONF_DIR (release.launch.settings_env), which Spark's
+    # launcher puts on the JVM's class path: the archive did not map there (a class path
+    # other than the dump's), and every run loaded its classes from the jars.
+    code = """
+import os, sys
+from pathlib import Path
+from backfill_assets.core.spark import jvm_archive
+from backfill_assets.settings import PROJECT_ROOT
+from backfill_assets.core.spark.session import spark_session
+from backfill_assets.settings import Settings
+
+spark = spark_session(Settings.from_env())
+pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+mapped = str(jvm_archive.archive_path()) in Path(f"/proc/{pid}/maps").read_text()
+print("mapped" if mapped else "not mapped", os.environ["SPARK_CONF_DIR"])
+"""
+    env = {
+        **os.environ,
+        "SPARK_CONF_DIR": str(PROJECT_ROOT / "spark"),
+        "DATA_ROOT": str(tmp_path / "data"),
+        "BACKUP_ROOT": str(tmp_path / "backups"),
+        "DAGSTER_HOME": str(tmp_path / "home"),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    # mapped, and the process's own variable is as it was (the settings read it)
+    assert done.stdout.split() == ["mapped", str(PROJECT_ROOT / "spark")]
