@@ -36,7 +36,8 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -233,6 +234,18 @@ def s3_endpoint(env: Mapping[str, str] | None = None) -> str | None:
     """``AWS_ENDPOINT_URL_S3``, else ``AWS_ENDPOINT_URL`` (None: AWS's own endpoints)."""
     env = _environ(env)
     return env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or None
+
+
+@contextmanager
+def without_spark_conf_dir() -> Iterator[None]:
+    """This process's environment without ``SPARK_CONF_DIR`` while the block runs, as it was
+    after (for a child that must not see it: Spark's launcher, ``core.spark.session``)."""
+    conf_dir = os.environ.pop("SPARK_CONF_DIR", None)
+    try:
+        yield
+    finally:
+        if conf_dir is not None:
+            os.environ["SPARK_CONF_DIR"] = conf_dir
 
 
 def java_home(env: Mapping[str, str] | None = None) -> str | None:

@@ -10,15 +10,15 @@ import os
 import re
 import sys
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 
 from backfill_assets.core.spark import jvm_archive, preflight
-from backfill_assets.settings import Settings, environ, is_uri
+from backfill_assets.core.warehouse.tables import METASTORE_URL
+from backfill_assets.settings import Settings, environ, is_uri, without_spark_conf_dir
 
 # ${VAR} (required) or ${VAR:-default}.
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -123,9 +123,7 @@ def spark_config(
     if settings.environment == "local" and not is_uri(settings.data_root):
         # Embedded Hive metastore (Derby) under DATA_ROOT; derby.log beside it. The
         # production profile uses the shared metastore service (hive.metastore.uris).
-        conf["spark.hadoop.javax.jdo.option.ConnectionURL"] = (
-            f"jdbc:derby:;databaseName={settings.metastore_dir};create=true"
-        )
+        conf[METASTORE_URL] = f"jdbc:derby:;databaseName={settings.metastore_dir};create=true"
         java_options.append(f"-Dderby.system.home={settings.data_root}")
         # Hive makes a resources directory per session (and never removes it): under
         # DATA_ROOT, not one more empty directory in /tmp for every run.
@@ -209,25 +207,14 @@ def start_session(
     builder = SparkSession.builder
     for key, value in conf.items():
         builder = builder.config(key, value)
-    with _launcher_without_conf_dir():
+    # Spark's launcher puts $SPARK_CONF_DIR first on the driver JVM's class path, and a JVM
+    # maps the class archive (jvm_archive) only on the class path it was dumped with, which
+    # cannot hold a non-empty directory: every Dagster run process has SPARK_CONF_DIR
+    # (release.launch.settings_env), so its driver ignored the archive and loaded some
+    # 18,000 classes from the jars. The launcher reads nothing the project needs there:
+    # spark_config reads the directory's files and every value reaches the JVM as --conf.
+    with without_spark_conf_dir():
         return builder.getOrCreate()
-
-
-@contextmanager
-def _launcher_without_conf_dir() -> Iterator[None]:
-    """Spark's launcher puts ``$SPARK_CONF_DIR`` first on the driver JVM's class path, and
-    a JVM maps the class archive (``jvm_archive``) only on the class path it was dumped
-    with, which cannot hold a non-empty directory: every Dagster run process has
-    ``SPARK_CONF_DIR`` (``release.launch.settings_env``), so its JVM ignored the archive
-    and loaded some 18,000 classes from the jars (a tiny run's driver: 27 s of CPU instead
-    of 21). The launcher reads nothing the project needs from it: ``spark_config`` reads
-    the directory's files and every value reaches the JVM as ``--conf``."""
-    conf_dir = os.environ.pop("SPARK_CONF_DIR", None)
-    try:
-        yield
-    finally:
-        if conf_dir is not None:
-            os.environ["SPARK_CONF_DIR"] = conf_dir
 
 
 def spark_session(settings: Settings) -> SparkSession:

@@ -10,6 +10,7 @@ import contextlib
 import re
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -88,12 +89,19 @@ def table_exists(spark: SparkSession, table: str) -> bool:
     return bool(_external_catalog(spark).tableExists(*split_table(table)))
 
 
-def warm_metastore(spark: SparkSession) -> threading.Thread:
+def warm_metastore(spark: SparkSession) -> threading.Thread | None:
     """Connect the session to its metastore in a thread of its own, while the caller does
     other work: the first metastore call of a JVM starts the Hive client (and, locally,
     boots Derby), 1.5-3 s that the first ``ensure_table`` or table read would wait for. That
     call then finds the client ready (or waits for it); an error here is left for it to
-    raise."""
+    raise.
+
+    Not while an embedded metastore is yet to be created (the first run on a new
+    ``DATA_ROOT``): Hive and Derby create it wrongly from two threads at once, and the run
+    failed ("The database directory '...metastore_db' exists. However, it does not contain
+    the expected 'service.properties' file"). None then."""
+    if embedded_metastore_missing(spark.conf.get(METASTORE_URL, "")):
+        return None
 
     def connect() -> None:
         with contextlib.suppress(Exception):
@@ -102,6 +110,17 @@ def warm_metastore(spark: SparkSession) -> threading.Thread:
     thread = threading.Thread(target=connect, name="warm-metastore", daemon=True)
     thread.start()
     return thread
+
+
+METASTORE_URL = "spark.hadoop.javax.jdo.option.ConnectionURL"
+_DERBY_DATABASE = re.compile(r"^jdbc:derby:(?:[^;]*);(?:.*;)?databaseName=([^;]+)")
+
+
+def embedded_metastore_missing(connection_url: str) -> bool:
+    """Whether ``connection_url`` is an embedded Derby metastore that does not exist yet
+    (no ``service.properties`` in its folder; a remote metastore is never missing)."""
+    match = _DERBY_DATABASE.match(connection_url)
+    return bool(match) and not (Path(match.group(1)) / "service.properties").is_file()
 
 
 def _external_catalog(spark: SparkSession):

@@ -132,3 +132,22 @@ def _storage(spark, table: str) -> dict[str, str]:
         hour: str(p.storage()).replace(root, "<table>")
         for hour, p in tables._partitions(spark, table)
     }
+
+
+def test_a_metastore_yet_to_be_created_is_not_warmed_in_a_second_thread(tmp_path):
+    # A new DATA_ROOT's first run: Hive and Derby create the embedded metastore wrongly
+    # from two threads at once (its run failed), so warm_metastore leaves it to the run.
+    url = f"jdbc:derby:;databaseName={tmp_path}/metastore_db;create=true"
+    assert tables.embedded_metastore_missing(url)
+    (tmp_path / "metastore_db").mkdir()  # a folder Derby began to create is not a database
+    assert tables.embedded_metastore_missing(url)
+    (tmp_path / "metastore_db" / "service.properties").write_text("")
+    assert not tables.embedded_metastore_missing(url)
+    assert not tables.embedded_metastore_missing("")  # a metastore service (production)
+
+
+def test_a_session_whose_metastore_exists_is_warmed(spark, warehouse):
+    thread = tables.warm_metastore(spark)
+    assert thread is not None
+    thread.join(timeout=120)
+    assert not thread.is_alive()
