@@ -25,9 +25,11 @@ import pytest
 
 from backfill_assets.core import tags
 from backfill_assets.release import keys
+from backfill_assets.release.instance import prepare_dagster_home
+from backfill_assets.release.launch import summarize_run
 from backfill_assets.settings import PARTITIONS_END_ENV as ENV_END
 from backfill_assets.settings import PARTITIONS_START_ENV as ENV_START
-from backfill_assets.settings import PROJECT_ROOT
+from backfill_assets.settings import PROJECT_ROOT, Settings
 from backfill_assets_dev.stack.servers import Processes
 from backfill_assets_tests.helpers.processes import start_daemon, start_webserver
 
@@ -73,6 +75,11 @@ def console(run_release, make_backups, instance, tmp_path) -> Iterator[Console]:
         ENV_START: FIRST,
         ENV_END: "2026-11-20T06",
     }
+    # the operator's instance (``make ui``): the project's dagster.yaml, whose run queue
+    # starts one run at a time (the embedded metastore takes one JVM). The reconciliation
+    # sensor is on, as shipped: it finds the hours the repair above could not publish and
+    # submits a release of its own beside the one launched below, from the same warehouse.
+    prepare_dagster_home(Settings.from_env(env))
     processes = Processes()
     try:
         _web, url = start_webserver(processes, env, tmp_path / "webserver.log", WORKSPACE)
@@ -203,7 +210,9 @@ def test_an_operator_reads_each_hours_checks_and_the_report_then_launches_a_rele
 
     console.processes.wait_until(daemon, finished, what="the launched run", timeout=300, poll=1)
     [run] = instance.get_runs(dg.RunsFilter(tags={"dagster/backfill": backfill.backfill_id}))
-    assert run.status == dg.DagsterRunStatus.SUCCESS, f"see {console.logs}/daemon.log"
+    assert run.status == dg.DagsterRunStatus.SUCCESS, (
+        f"{summarize_run(instance, run).failures}; see {console.logs}/daemon.log"
+    )
     assert run.tags[tags.REASON] == "lost hours, from the UI"
     assert run.tags[tags.MODE] == "dry_run" and run.tags[tags.TICKET] == "INC-9"
     open_page(page, f"{console.url}/runs/{run.run_id}")
