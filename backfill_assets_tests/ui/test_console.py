@@ -78,7 +78,8 @@ def console(run_release, make_backups, instance, tmp_path) -> Iterator[Console]:
     # the operator's instance (``make ui``): the project's dagster.yaml, whose run queue
     # starts one run at a time (the embedded metastore takes one JVM). The reconciliation
     # sensor is on, as shipped: it finds the hours the repair above could not publish and
-    # submits a release of its own beside the one launched below, from the same warehouse.
+    # submits a release of its own into the same warehouse, which waits in the queue while
+    # the one launched below runs.
     prepare_dagster_home(Settings.from_env(env))
     processes = Processes()
     try:
