@@ -12,12 +12,18 @@ hours are built again (the runs of the other chunks are not repeated: read from 
 instance), with the sessions that needed them, and the release publishes all 72 hours
 once, in one ledger transaction, its rows equal to what a clean release publishes (the
 independent referee, ``backfill_assets_dev.expected``, which the fidelity tests hold every
-release to)."""
+release to).
+
+The killed release is made once for the module (seven runs); each test goes on from a copy
+of the tree as the kill left it (backups, warehouse, metastore, ledger and Dagster home),
+put back at the same path, where every location recorded in it still points."""
 
 import json
 import os
+import shutil
 import signal
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,7 +48,7 @@ from backfill_assets_tests.helpers.processes import (
 )
 from backfill_assets_tests.helpers.releases import published_once_and_right
 
-pytestmark = [pytest.mark.slow, pytest.mark.independent]
+pytestmark = pytest.mark.slow
 
 FIRST, LAST = "2026-11-20T00", "2026-11-22T23"  # the tree's 72 hours
 TREE = set(hour_range(FIRST, LAST))
@@ -67,6 +73,10 @@ mutation reexecutePartitionBackfill($reexecutionParams: ReexecutionParams) {
 }"""
 
 
+REASON = "killed in its second chunk"
+NOT_DATA = shutil.ignore_patterns("*.fifo")  # the fault point's pipe: nothing to copy
+
+
 @dataclass
 class Killed:
     env: dict[str, str]
@@ -74,6 +84,16 @@ class Killed:
     instance: dg.DagsterInstance
     release: str
     first: list[dg.DagsterRun]  # the runs of the release's backfill
+
+
+@dataclass(frozen=True)
+class KilledTree:
+    """The tree of a killed release (``tree``) and a copy of it as the kill left it."""
+
+    tree: Path
+    as_killed: Path
+    env: dict[str, str]
+    settings: Settings
 
 
 def killed_in_its_second_chunk(tmp_path: Path, monkeypatch, reason: str) -> Killed:
@@ -104,6 +124,33 @@ def killed_in_its_second_chunk(tmp_path: Path, monkeypatch, reason: str) -> Kill
     [killed] = [r for r in raw_runs if r.status != dg.DagsterRunStatus.SUCCESS]
     assert tags.partition_range(killed.tags) == CHUNKS[1]
     return Killed(env, settings, instance, release, ran)
+
+
+@pytest.fixture(scope="module")
+def killed_tree(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KilledTree]:
+    base = tmp_path_factory.mktemp("resume")
+    tree, as_killed = base / "tree", base / "as_killed"
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        killed = killed_in_its_second_chunk(tree, monkeypatch, REASON)
+        killed.instance.dispose()  # its SQLite files are copied closed
+        shutil.copytree(tree, as_killed, symlinks=True, ignore=NOT_DATA)
+        yield KilledTree(tree, as_killed, killed.env, killed.settings)
+
+
+@pytest.fixture
+def killed(killed_tree: KilledTree, monkeypatch: pytest.MonkeyPatch) -> Iterator[Killed]:
+    """The killed release's tree, as the kill left it, at its own path."""
+    shutil.rmtree(killed_tree.tree)
+    shutil.copytree(killed_tree.as_killed, killed_tree.tree, symlinks=True, ignore=NOT_DATA)
+    for key in ("BACKUP_ROOT", "DATA_ROOT", "DAGSTER_HOME"):
+        monkeypatch.setenv(key, killed_tree.env[key])
+    settings = killed_tree.settings
+    with get_instance(settings) as instance:
+        [release] = [
+            b.backfill_id for b in instance.get_backfills() if b.tags.get(tags.REASON) == REASON
+        ]
+        first = instance.get_runs(filters=dg.RunsFilter(tags={tags.DAGSTER_BACKFILL: release}))
+        yield Killed(killed_tree.env, settings, instance, release, first)
 
 
 def materialized(runs: list[dg.DagsterRun]) -> set[tuple[dg.AssetKey, str]]:
@@ -137,10 +184,7 @@ def assert_built_only_what_it_lacked(killed: Killed) -> None:
     assert not rebuilt & materialized(killed.first)  # no other chunk's run repeated
 
 
-def test_resume_builds_only_the_killed_chunk_and_publishes_the_release_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-):
-    killed = killed_in_its_second_chunk(tmp_path, monkeypatch, "to resume")
+def test_resume_builds_only_the_killed_chunk_and_publishes_the_release_once(killed: Killed):
     release = killed.release
 
     resumed = cli(killed.env, "resume", "--backfill", release, timeout=DEADLINE_SECONDS)
@@ -168,9 +212,8 @@ def ui_reexecute(url: str, backfill_id: str) -> str:
 
 
 def test_the_uis_reexecute_from_failure_builds_only_the_killed_chunk_and_publishes_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    killed: Killed, tmp_path: Path
 ):
-    killed = killed_in_its_second_chunk(tmp_path, monkeypatch, "re-executed from the UI")
     env = launch.settings_env(killed.settings, killed.env)
     processes = Processes()
     with shared_daemon(killed.env, tmp_path) as instance:
