@@ -97,11 +97,6 @@ def stop_process_groups(processes: list[subprocess.Popen], timeout: float = 30.0
         process.wait()
 
 
-def stop_process_group(process: subprocess.Popen, timeout: float = 30.0) -> None:
-    """``stop_process_groups`` of one process."""
-    stop_process_groups([process], timeout)
-
-
 def _ready(path: Path) -> bool:
     """A code server listens on the Unix socket ``path`` (it binds once it has loaded the
     definitions)."""
@@ -129,10 +124,10 @@ class DaemonSupervisor:
     (no code to load) so that its backfill iteration, which Dagster runs as the daemon
     starts and then every 30 s, sees a run's end at once.
 
-    Each daemon and the command's GraphQL call start from a process started ahead
-    (``release.prestart``): the first daemon and the GraphQL call's with the code server,
-    the next daemon while a run is in flight (``expect_kick``), so Dagster's imports are
-    not waited for between a run's end and the next run.
+    The daemon and the command's GraphQL call start from processes started ahead
+    (``release.prestart``) with the code server, so Dagster's imports are not waited for;
+    a kick restarts the daemon in its own process (``Prestarted.restart``), which imports
+    Dagster once per command.
     """
 
     def __init__(self, settings: Settings, instance: dg.DagsterInstance, log_file: Path):
@@ -144,7 +139,8 @@ class DaemonSupervisor:
         self.process: subprocess.Popen | None = None
         self.code_server: subprocess.Popen | None = None
         self._scratch: Path | None = None
-        self._next_daemon: Prestarted | None = None
+        self._next_daemon: Prestarted | None = None  # started ahead, not yet running
+        self._daemon: Prestarted | None = None  # the running daemon's process
         self._graphql: Prestarted | None = None
 
     def _external_daemon(self) -> bool:
@@ -236,14 +232,18 @@ class DaemonSupervisor:
             time.sleep(0.1)
         return self._scratch / "workspace.yaml"
 
+    def _daemon_args(self) -> list[str]:
+        return ["run", "-w", str(self.workspace())]
+
     def _start_daemon(self) -> None:
         log.info("starting dagster-daemon for this command (log: %s)", self.log_file)
-        args = ["run", "-w", str(self.workspace())]
-        ahead, self._next_daemon = self._next_daemon, None
-        if ahead is not None and ahead.process.poll() is None:
-            self.process = ahead.start(args)
-        else:
-            self.process = self._spawn([bin_path("dagster-daemon"), *args])
+        args = self._daemon_args()
+        self._prestart_daemon()
+        self._daemon, self._next_daemon = self._next_daemon, None
+        assert self._daemon is not None
+        if self._daemon.process.poll() is not None:  # died while waiting: a new one
+            self._daemon = self._started(functools.partial(Prestarted, "dagster-daemon"))
+        self.process = self._daemon.start(args, again=True)
 
     def ensure(self) -> None:
         """Called while waiting: start a daemon if none serves the instance."""
@@ -258,19 +258,15 @@ class DaemonSupervisor:
         if self.code_server is not None:
             self._start_daemon()
 
-    def expect_kick(self) -> None:
-        """A run is in flight: its end will ``kick`` the daemon; start the next one's
-        process now (nothing if another process runs the daemon)."""
-        if self.process is not None and self.process.poll() is None:
-            self._prestart_daemon()
-
     def kick(self) -> None:
         """Restart the daemon this command runs, so that its backfill iteration runs now
-        (a run of the backfill ended); nothing if another process runs the daemon."""
-        if self.process is None or self.process.poll() is not None:
+        (a run of the backfill ended); nothing if another process runs the daemon. Its
+        process stops the daemon's threads (Dagster's answer to an interrupt) and starts
+        them again: one daemon at a time, its imports done."""
+        if self._daemon is None or self.process is None or self.process.poll() is not None:
             return
-        stop_process_group(self.process, timeout=10.0)
-        self._start_daemon()
+        log.info("restarting dagster-daemon for this command (log: %s)", self.log_file)
+        self._daemon.restart(self._daemon_args())
 
     def busy(self) -> list[str]:
         """Backfills and runs of the instance still in flight (the daemon serves them all)."""
@@ -306,7 +302,9 @@ class DaemonSupervisor:
         for ahead in (self._next_daemon, self._graphql):
             if ahead is not None:
                 ahead.cancel()
-        self._next_daemon = self._graphql = None
+        if self._daemon is not None:
+            self._daemon.end()  # stopped below, its process then exits
+        self._next_daemon = self._graphql = self._daemon = None
         stop_process_groups([p for p in (self.process, self.code_server) if p is not None])
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)

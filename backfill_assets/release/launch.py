@@ -426,8 +426,6 @@ class Supervisor(Protocol):
 
     def ensure(self) -> None: ...
 
-    def expect_kick(self) -> None: ...
-
     def kick(self) -> None: ...
 
 
@@ -492,9 +490,6 @@ def follow(
         if status in FINISHED and not active:
             ordered = sorted(reported.values(), key=lambda r: r.run_id)
             return BackfillOutcome(backfill_id or run_id or "", status, ordered)
-        if backfill_id is not None and supervisor is not None:
-            if ended and not active:
-                supervisor.kick()
-            elif active:
-                supervisor.expect_kick()
+        if backfill_id is not None and supervisor is not None and ended and not active:
+            supervisor.kick()
         time.sleep(poll_seconds)
