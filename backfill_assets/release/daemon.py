@@ -238,12 +238,11 @@ class DaemonSupervisor:
     def _start_daemon(self) -> None:
         log.info("starting dagster-daemon for this command (log: %s)", self.log_file)
         args = self._daemon_args()
-        self._prestart_daemon()
-        self._daemon, self._next_daemon = self._next_daemon, None
-        assert self._daemon is not None
-        if self._daemon.process.poll() is not None:  # died while waiting: a new one
-            self._daemon = self._started(functools.partial(Prestarted, "dagster-daemon"))
-        self.process = self._daemon.start(args, again=True)
+        ahead, self._next_daemon = self._next_daemon, None
+        if ahead is None or ahead.process.poll() is not None:  # none, or it died waiting
+            ahead = self._started(functools.partial(Prestarted, "dagster-daemon"))
+        self._daemon = ahead
+        self.process = ahead.start(args, again=True)
 
     def ensure(self) -> None:
         """Called while waiting: start a daemon if none serves the instance."""
