@@ -56,7 +56,14 @@ def _end_pauses(instance, release: str, backfills: list, by: str) -> set[str]:
     return set(found)
 
 
-def _stop(settings, instance, release: str, by: str = "") -> list:
+def _calls(supervisor) -> dict:
+    """Where a GraphQL call of the command goes: the code server of its daemon (started by
+    the first call), in the process started ahead for the first call."""
+    supervisor.prepare()
+    return {"workspace": supervisor.workspace(), "prestarted": supervisor.graphql_process()}
+
+
+def _stop(settings, instance, release: str, by: str, supervisor) -> list:
     """Stop the release: cancel its backfill if it is in flight (as the UI's *Cancel*
     does), else terminate the runs it left queued, not started or running (a release of
     one run, or runs a finished backfill left behind: they hold their hours until then).
@@ -78,13 +85,13 @@ def _stop(settings, instance, release: str, by: str = "") -> list:
             if found is not None and (
                 found.status.value in CANCELLABLE or found.backfill_id in paused
             ):
-                launch.cancel_backfill(settings, found.backfill_id)
+                launch.cancel_backfill(settings, found.backfill_id, **_calls(supervisor))
         if backfill is not None and (backfill.status.value in CANCELLABLE or release in paused):
-            launch.cancel_backfill(settings, release)
+            launch.cancel_backfill(settings, release, **_calls(supervisor))
             return []  # Dagster stops its runs
         if left:
             for run in left:
-                launch.terminate_run(settings, run)
+                launch.terminate_run(settings, run, **_calls(supervisor))
         else:
             raise CommandError(
                 f"release {release} is already {backfill.status.value.lower()}: nothing to cancel"
@@ -95,9 +102,17 @@ def _stop(settings, instance, release: str, by: str = "") -> list:
 
 
 def run_cancel(args: argparse.Namespace) -> int:
+    from backfill_assets.cli.backfill import _context, supervisor_of
+
+    settings, _defs, instance = _context(args)
+    with supervisor_of(settings, instance) as supervisor:  # one for every step of it
+        return _cancel(args, settings, instance, supervisor)
+
+
+def _cancel(args: argparse.Namespace, settings, instance, supervisor) -> int:
     import getpass
 
-    from backfill_assets.cli.backfill import _context, _follow
+    from backfill_assets.cli.backfill import _follow
     from backfill_assets.core import tags
     from backfill_assets.defs.jobs.cancel import CANCEL_JOB
     from backfill_assets.release import launch
@@ -107,14 +122,14 @@ def run_cancel(args: argparse.Namespace) -> int:
         release = tags.validate_release_id(args.release)
     except ValueError as exc:
         raise CommandError(str(exc)) from None
-    settings, _defs, instance = _context(args)
-    left = _stop(settings, instance, release, args.requested_by or getpass.getuser())
+    by = args.requested_by or getpass.getuser()
+    left = _stop(settings, instance, release, by, supervisor)
     hours = _hours(instance, release, left)
     print(f"cancelling release {release} ({hours or 'no hours'}): stopping its runs")
     if instance.get_backfill(release) is not None:
-        _follow(settings, instance, "cancelled release", backfill_id=release)
+        _follow(settings, instance, "cancelled release", backfill_id=release, supervisor=supervisor)
     for run in left:
-        _follow(settings, instance, "cancelled run", run_id=run.run_id)
+        _follow(settings, instance, "cancelled run", run_id=run.run_id, supervisor=supervisor)
     backfill = instance.get_backfill(release)
     runs = release_runs(instance, release)
     runs = runs or [r for r in (instance.get_run_by_id(x.run_id) for x in left) if r]
@@ -123,23 +138,21 @@ def run_cancel(args: argparse.Namespace) -> int:
         "status": backfill.status.value if backfill is not None else "CANCELED",
         "hours": hours,
         "runs": ",".join(sorted(r.run_id for r in runs)),
-        "cancelled_by": args.requested_by or getpass.getuser(),
+        "cancelled_by": by,
         "reason": args.reason or "",
         "ticket": args.ticket or "",
     }
-    run_tags = {tags.MODE: "cancel", tags.REQUESTED_BY: config["cancelled_by"]}
+    run_tags = {tags.MODE: "cancel", tags.REQUESTED_BY: by}
+    run_config = {"ops": {"record_cancellation_op": {"config": config}}}
     try:
-        run_id = launch.submit_run(
-            settings,
-            CANCEL_JOB,
-            {"ops": {"record_cancellation_op": {"config": config}}},
-            run_tags,
-        )
+        run_id = launch.submit_run(settings, CANCEL_JOB, run_config, run_tags, **_calls(supervisor))
     except launch.LaunchError as exc:
         raise CommandError(f"release {release} cancelled; recording it failed: {exc}") from None
-    status = _follow(settings, instance, "record cancellation", run_id=run_id)
+    status = _follow(
+        settings, instance, "record cancellation", run_id=run_id, supervisor=supervisor
+    )
     print(
-        f"release {release} cancelled by {config['cancelled_by']}: nothing of it published; "
+        f"release {release} cancelled by {by}: nothing of it published; "
         f"report: backfill-assets report --backfill {release}"
     )
     return status

@@ -201,10 +201,15 @@ mutation Cancel($backfillId: String!) {
 }"""
 
 
-def cancel_backfill(settings: Settings, backfill_id: str, workspace: Path = WORKSPACE) -> str:
+def cancel_backfill(
+    settings: Settings,
+    backfill_id: str,
+    workspace: Path = WORKSPACE,
+    prestarted: Prestarted | None = None,
+) -> str:
     """Cancel a backfill as the UI's cancel button does: Dagster stops submitting its
     runs and terminates those queued or running; returns its id."""
-    data = graphql(settings, _CANCEL, {"backfillId": backfill_id}, workspace)
+    data = graphql(settings, _CANCEL, {"backfillId": backfill_id}, workspace, prestarted)
     return mutation_outcome(data["cancelPartitionBackfill"], "CancelBackfillSuccess")["backfillId"]
 
 
@@ -267,11 +272,17 @@ mutation Terminate($runId: String!, $policy: TerminateRunPolicy) {
 NOT_STARTED = (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED)
 
 
-def terminate_run(settings: Settings, run: dg.DagsterRun) -> str:
+def terminate_run(
+    settings: Settings,
+    run: dg.DagsterRun,
+    workspace: Path = WORKSPACE,
+    prestarted: Prestarted | None = None,
+) -> str:
     """Stop one run as the UI's *Terminate* does: a run that never started (queued, or left
     not started) is marked cancelled at once, a started one is asked to stop; returns its id."""
     policy = "MARK_AS_CANCELED_IMMEDIATELY" if run.status in NOT_STARTED else "SAFE_TERMINATE"
-    data = graphql(settings, _TERMINATE, {"runId": run.run_id, "policy": policy})
+    variables = {"runId": run.run_id, "policy": policy}
+    data = graphql(settings, _TERMINATE, variables, workspace, prestarted)
     return mutation_outcome(data["terminateRun"], "TerminateRunSuccess")["run"]["runId"]
 
 

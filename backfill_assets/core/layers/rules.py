@@ -142,7 +142,7 @@ def precount(
         "run_id": version,
         "counted_at": audit.now(),
     }
-    audit.append(spark, audit.warehouse_of(spark), audit.RULE_COUNTS, [row])
+    audit.append(audit.warehouse_of(spark), audit.RULE_COUNTS, [row])
 
 
 def precounted(

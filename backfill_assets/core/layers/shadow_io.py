@@ -101,7 +101,6 @@ def record(
     """Each written partition's rows and checksum in ``audit.shadow_partitions``."""
     now = audit.now()
     audit.append(
-        spark,
         warehouse_dir,
         audit.SHADOW_PARTITIONS,
         [

@@ -141,9 +141,9 @@ def insert(connection: Connection, table: str, rows: Sequence[Mapping]) -> None:
         connection.execute(SQL[table].insert(), [{n: row.get(n) for n in names} for row in rows])
 
 
-def append(spark: SparkSession, warehouse_dir: str, table: str, rows: Sequence[dict]) -> None:
+def append(warehouse_dir: str, table: str, rows: Sequence[dict]) -> None:
     """Append ``rows`` (dicts with the table's columns) to an audit table in one database
-    transaction (``spark`` unused: kept for the callers that write tables too)."""
+    transaction. No Spark: a job that only records (a cancellation) starts no JVM."""
     if rows:
         with database.transaction(warehouse_dir) as connection:
             insert(connection, table, rows)

@@ -177,7 +177,6 @@ def _publish_release(
     if plan.approvals:  # the approval is on record before anything it allows goes live
         approved_at = audit.now()
         audit.append(
-            spark,
             warehouse_dir,
             audit.APPROVALS,
             [{**a, "run_id": run_id, "approved_at": approved_at} for a in plan.approvals],

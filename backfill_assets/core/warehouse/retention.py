@@ -182,7 +182,6 @@ def delete(
         filesystem.delete(path, True)
     deleted_at = audit.now()
     audit.append(
-        spark,
         warehouse_dir,
         audit.DELETIONS,
         [{**asdict(d), "run_id": run_id, "deleted_at": deleted_at} for d in deletions],

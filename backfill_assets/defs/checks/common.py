@@ -235,7 +235,6 @@ def record_all(
     in one Spark job; ``outcomes`` maps check name -> {failing hour: reason}."""
     now = audit.now()
     audit.append(
-        spark,
         warehouse_dir,
         audit.CHECK_RESULTS,
         [

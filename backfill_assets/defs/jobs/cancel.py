@@ -39,7 +39,7 @@ def record_cancellation_op(
     tags.validate_release_id(config.release_id)
     when = datetime.now(tz=UTC)
     row = {**config.model_dump(), "run_id": context.run_id, "cancelled_at": when}
-    audit.append(warehouse.spark, warehouse.warehouse_dir, audit.CANCELLATIONS, [row])
+    audit.append(warehouse.warehouse_dir, audit.CANCELLATIONS, [row])
     context.log_event(
         dg.AssetObservation(
             asset_key=PUBLISH_KEY,

@@ -88,7 +88,6 @@ def erase_op(
     spark = warehouse.spark
     requested_by = record["requested_by"]
     audit.append(
-        spark,
         warehouse.warehouse_dir,
         audit.ERASURES,
         [{**record, "event": erasure.RECORDED, "recorded_at": audit.now()}],
@@ -120,7 +119,6 @@ def erase_op(
             description=record["reason"],
         )
         audit.append(
-            spark,
             warehouse.warehouse_dir,
             audit.ERASURES,
             [

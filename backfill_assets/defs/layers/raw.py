@@ -78,7 +78,6 @@ def _record_erased(
 ) -> None:
     """The lines of erased users left out, per (hour, client), in the audit table."""
     audit.append(
-        warehouse.spark,
         warehouse.warehouse_dir,
         audit.ERASED_LINES,
         [

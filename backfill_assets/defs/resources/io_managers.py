@@ -181,9 +181,7 @@ class ShadowTableIOManager(dg.ConfigurableIOManager):
                 f"with {tags.ALLOW_MISSING_HOURS}=<hour>,<hour>",
                 view.missing,
             )
-        audit.append(
-            self.spark, self.warehouse_dir, audit.RELEASE_READS, view.reads(reader, this_run)
-        )
+        audit.append(self.warehouse_dir, audit.RELEASE_READS, view.reads(reader, this_run))
         context.log.info(
             f"{reader} reads {len(view.candidates)} hour(s) of {view.upstream} from release "
             f"{view.release_id}, {len(view.live)} published hour(s) of {view.published}"

@@ -36,9 +36,9 @@ def _rows(n: int, run: str) -> list[dict]:
 
 
 def test_batches_are_read_back_whole_and_typed(spark, warehouse, base_settings) -> None:
-    audit.append(spark, base_settings.warehouse_dir, audit.CHECK_RESULTS, _rows(3, "r1"))
-    audit.append(spark, base_settings.warehouse_dir, audit.CHECK_RESULTS, [])
-    audit.append(spark, base_settings.warehouse_dir, audit.CHECK_RESULTS, _rows(2, "r2"))
+    audit.append(base_settings.warehouse_dir, audit.CHECK_RESULTS, _rows(3, "r1"))
+    audit.append(base_settings.warehouse_dir, audit.CHECK_RESULTS, [])
+    audit.append(base_settings.warehouse_dir, audit.CHECK_RESULTS, _rows(2, "r2"))
 
     found = audit.rows(base_settings.warehouse_dir, audit.CHECK_RESULTS, {"run_id": "r1"})
     assert [r["hour"][-2:] for r in found] == ["00", "01", "02"]

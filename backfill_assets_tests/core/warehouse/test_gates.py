@@ -138,7 +138,6 @@ def test_a_gate_holds_a_large_change_until_approved_and_lets_a_small_one_through
     version = rows_after.select("version").first()["version"]
     other_change = f"raw {LARGE}: rows 1,000 -> 10, -99%, over the 20% limit"
     audit.append(
-        spark,
         base_settings.warehouse_dir,
         audit.APPROVALS,
         [

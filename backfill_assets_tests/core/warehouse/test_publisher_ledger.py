@@ -76,7 +76,7 @@ def write(spark, wh: str, table: str, version: str, release: str, checksum: str 
         "written_at": audit.now(),
         "release_id": release,
     }
-    audit.append(spark, wh, audit.SHADOW_PARTITIONS, [record])
+    audit.append(wh, audit.SHADOW_PARTITIONS, [record])
     return qualify(path)
 
 
@@ -96,7 +96,6 @@ def build(
 def read(spark, wh: str, release: str, reader, upstream, source: str, version, location):
     """What a downstream build records in ``audit.release_reads``."""
     audit.append(
-        spark,
         wh,
         audit.RELEASE_READS,
         [
