@@ -104,7 +104,7 @@ def _stop(settings, instance, release: str, by: str, supervisor) -> list:
 def run_cancel(args: argparse.Namespace) -> int:
     from backfill_assets.cli.backfill import _context, supervisor_of
 
-    settings, _defs, instance = _context(args)
+    settings, instance = _context(args)
     with supervisor_of(settings, instance) as supervisor:  # one for every step of it
         return _cancel(args, settings, instance, supervisor)
 

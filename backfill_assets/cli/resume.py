@@ -87,7 +87,7 @@ def run_pause(args: argparse.Namespace) -> int:
     from backfill_assets.cli.backfill import _context
     from backfill_assets.release import holds, pause
 
-    _settings, _defs, instance = _context(args)
+    _settings, instance = _context(args)
     release = args.release
     latest = _latest(instance, release)
     if pause.is_paused(instance, latest.backfill_id):
@@ -160,7 +160,7 @@ def run_resume(args: argparse.Namespace) -> int:
     from backfill_assets.cli.backfill import _context, _follow, refuse_if_held, supervisor_of
     from backfill_assets.release import holds, launch, pause
 
-    settings, _defs, instance = _context(args)
+    settings, instance = _context(args)
     release = args.release
     latest = _latest(instance, release)
     if pause.is_paused(instance, latest.backfill_id):

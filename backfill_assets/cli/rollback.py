@@ -60,7 +60,7 @@ def run_rollback(args: argparse.Namespace) -> int:
         "ticket": args.ticket or "",
         "requested_by": requested_by,
     }
-    settings, _defs, instance = _context(args)
+    settings, instance = _context(args)
     refuse_unpublished(settings, args.release, args.hour, LAYERS[args.layer])
     try:
         run_id = launch.submit_run(

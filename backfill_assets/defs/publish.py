@@ -413,7 +413,7 @@ def publish_release(
     if held:
         # An expected outcome, not a crash: the step ends with the verdict (run tag, warning,
         # metadata, red release_gate evaluations) and no stack trace; the CLI and the run
-        # summaries count the run as not successful (launch.summarize_run).
+        # summaries count the run as not successful (outcomes.summarize_run).
         verdict = held_back_verdict(release, held, waiting)
         context.log.warning(verdict)
         context.instance.add_run_tags(context.run_id, {tags.HELD_BACK: str(len(held))})

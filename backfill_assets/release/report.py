@@ -49,8 +49,7 @@ from backfill_assets.core.warehouse.publisher import PROVISIONAL
 from backfill_assets.core.warehouse.tables import UnsafeValueError
 from backfill_assets.release.cancellation import cancellation_line
 from backfill_assets.release.keys import PUBLISH_KEY, table_key, table_name
-from backfill_assets.release.launch import step_failure
-from backfill_assets.release.outcomes import summarize
+from backfill_assets.release.outcomes import step_failure, summarize
 from backfill_assets.release.pause import paused_line
 from backfill_assets.release.state import latest_by_partition, metadata_value, partition_facts
 

@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from backfill_assets.core.names import Layer
     from backfill_assets.core.reporting.render import BackfillReport
     from backfill_assets.release.daemon import DaemonSupervisor
-    from backfill_assets.release.launch import BackfillOutcome, RunSummary
+    from backfill_assets.release.outcomes import BackfillOutcome, RunSummary
     from backfill_assets.settings import Settings
     from backfill_assets_dev.expected import Delivery
 

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from backfill_assets.core import names, plan, tags
 from backfill_assets.core.warehouse import audit
 from backfill_assets.core.warehouse.publisher import PROVISIONAL
-from backfill_assets.release import keys, launch
+from backfill_assets.release import keys, launch, outcomes
 from backfill_assets.release.keys import table_key
 from backfill_assets.release.state import metadata_value
 from backfill_assets.settings import Settings
@@ -62,7 +62,7 @@ class ReleaseResult:
     """What an in-process release did: its id and each run's summary, in order."""
 
     release_id: str
-    runs: list[launch.RunSummary]
+    runs: list[outcomes.RunSummary]
 
     @property
     def success(self) -> bool:
@@ -76,7 +76,7 @@ class ReleaseResult:
     def failures(self) -> list[str]:
         return [f for r in self.runs for f in r.failures]
 
-    def run_of(self, asset: str) -> launch.RunSummary:
+    def run_of(self, asset: str) -> outcomes.RunSummary:
         return next(r for r in self.runs if asset in r.assets)
 
 
@@ -117,7 +117,7 @@ def execute_stages(
     release_id: str,
     run_tags: dict[str, str],
     run_config: dict | None = None,
-) -> list[launch.RunSummary]:
+) -> list[outcomes.RunSummary]:
     """Run a release's stages in this process with Dagster's public testing API
     (``execute_in_process``), each a Dagster run tagged with the release: the suite's fast
     path, without the daemon's iterations and the run processes. The product runs releases
@@ -125,7 +125,7 @@ def execute_stages(
     Stops after a stage whose asset step failed, as Dagster does not build downstream of a
     failed step."""
     job = defs.resolve_implicit_global_asset_job_def()
-    summaries: list[launch.RunSummary] = []
+    summaries: list[outcomes.RunSummary] = []
     for stage_layers, first, last in stages:
         selection = [
             k for layer in stage_layers if layer != PUBLISH for k in keys.layer_keys(defs, layer)
@@ -146,7 +146,7 @@ def execute_stages(
             run_config=dict(run_config) if run_config and publishes else None,
             raise_on_error=False,
         )
-        summary = launch.summarize_run(instance, instance.get_run_by_id(result.run_id))
+        summary = outcomes.summarize_run(instance, instance.get_run_by_id(result.run_id))
         summaries.append(summary)
         if any(not f.split(":")[0].endswith("_checks") for f in summary.failures):
             break

@@ -26,7 +26,7 @@ import pytest
 from backfill_assets.core import tags
 from backfill_assets.release import keys
 from backfill_assets.release.instance import prepare_dagster_home
-from backfill_assets.release.launch import summarize_run
+from backfill_assets.release.outcomes import summarize_run
 from backfill_assets.settings import PARTITIONS_END_ENV as ENV_END
 from backfill_assets.settings import PARTITIONS_START_ENV as ENV_START
 from backfill_assets.settings import PROJECT_ROOT, Settings
