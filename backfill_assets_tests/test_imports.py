@@ -21,6 +21,12 @@ from backfill_assets.settings import PROJECT_ROOT
 
 PACKAGE = "backfill_assets"
 LAZY_IMPORTS_ALLOWED = ("cli",)  # the commands: each subcommand loads what it needs
+# Modules imported inside the functions that use them, for what they load: the pandera
+# models bring pandera and pandas (about a second), which only a run's steps need.
+LAZY_MODULES = {f"{PACKAGE}.core.layers.models"}
+# What a process that loads the code location without validating (the CLI, the code
+# server, the UI's and the daemon's) must not load.
+NOT_LOADED_BY_THE_DEFINITIONS = ("pandera", "pandas")
 # Alembic's environment script runs inside alembic only (it reads alembic.context).
 NOT_IMPORTABLE = {f"{PACKAGE}.core.warehouse.migrations.env"}
 
@@ -142,6 +148,19 @@ def test_no_import_of_the_package_hides_inside_a_function():
             for node in ast.walk(function):
                 module = node.module if isinstance(node, ast.ImportFrom) else None
                 names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
-                if (module or "").startswith(PACKAGE) or any(n.startswith(PACKAGE) for n in names):
+                imported = [module] if module else names
+                if any(n.startswith(PACKAGE) and n not in LAZY_MODULES for n in imported):
                     hidden.append(f"{path.relative_to(PROJECT_ROOT)}:{node.lineno}")
     assert not hidden, f"imports of the package inside functions: {hidden}"
+
+
+def test_the_definitions_load_no_pandera_until_a_step_validates():
+    """The code location loads in every Dagster process (the CLI, the code server, each
+    run); pandera and pandas load in the run's steps that validate (``LAZY_MODULES``)."""
+    code = (
+        "import sys, backfill_assets.definitions; "
+        f"print(sorted(m for m in {NOT_LOADED_BY_THE_DEFINITIONS!r} if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "[]", done.stdout

@@ -6,7 +6,6 @@ from pyspark.sql import functions as F
 
 from backfill_assets.core.backups.reader import KIND_PAYLOAD, KIND_QUARANTINE
 from backfill_assets.core.layers import rules
-from backfill_assets.core.layers.schemas import RawPayloadSchema
 from backfill_assets.core.layers.shadow_stats import stats_aggregates
 from backfill_assets.core.names import LINES_READ
 
@@ -39,6 +38,8 @@ def counts(parsed: DataFrame) -> list[dict]:
     redelivery), lines left out as erased, the rows and checksum of the payloads to write
     (no read-back after the write), and the payloads breaking a pandera rule, for the check
     step (no second scan)."""
+    from backfill_assets.core.layers.models import RawPayloadSchema
+
     payload = is_payload()
     stats = stats_aggregates(PAYLOAD_COLUMNS, where=payload)  # the written data columns
     rows = (

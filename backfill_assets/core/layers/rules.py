@@ -18,7 +18,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import reduce
 
-from pandera.config import ValidationDepth, config_context
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -171,6 +170,8 @@ def evaluate(
     computed in the same aggregation; their values per group in ``group_values``.
     ``counted``: that aggregation as the build computed it (``precounted``; with the
     ``extra`` aggregates under their names), so that a clean range costs no scan here."""
+    from pandera.config import ValidationDepth, config_context  # in the run that validates
+
     extra = dict(extra or {})
     reserved = {"hour", "rows", "broken", *by} & extra.keys()
     if reserved:

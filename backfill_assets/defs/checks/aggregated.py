@@ -13,11 +13,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from backfill_assets.core.layers import rules, schemas
-from backfill_assets.core.layers.schemas import (
-    DISTINCT_SESSION_IDS,
-    SessionSchema,
-    session_id_aggregates,
-)
+from backfill_assets.core.layers.schemas import DISTINCT_SESSION_IDS, session_id_aggregates
 from backfill_assets.defs.checks import common
 from backfill_assets.defs.layers.aggregated import (
     CLIENT_HOURLY_RECONCILIATION,
@@ -166,6 +162,8 @@ def reconcile_client_hourly(sessions: DataFrame, hourly: DataFrame) -> dict[str,
 )
 def aggregated_checks(context: dg.AssetCheckExecutionContext, warehouse: Warehouse):
     """Check the sessions and client_hourly versions this run wrote; record per hour."""
+    from backfill_assets.core.layers.models import SessionSchema
+
     spark = warehouse.spark
     table = LAYER.checked_table
     version, hours, why = common.version_to_check(context, spark, table)

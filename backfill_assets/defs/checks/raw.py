@@ -8,7 +8,6 @@ from backfill_assets.core import tags
 from backfill_assets.core.backups.inventory import take_inventory
 from backfill_assets.core.backups.store import BackupStore
 from backfill_assets.core.layers.raw import RULES_BY
-from backfill_assets.core.layers.schemas import RawPayloadSchema
 from backfill_assets.core.names import INPUT_FILES_LIST, LINES_READ
 from backfill_assets.core.warehouse import erasure
 from backfill_assets.defs.checks import common
@@ -185,6 +184,8 @@ def raw_checks(
 ):
     """Check the shadow version this run wrote (alone: the newest of its hours), hour by
     hour, and record the outcomes."""
+    from backfill_assets.core.layers.models import RawPayloadSchema
+
     spark = warehouse.spark
     version, hours, why = common.version_to_check(context, spark, LAYER.checked_table)
     if not hours:

@@ -21,7 +21,6 @@ from backfill_assets.core.layers.digests import (
     id_digests,
     id_hashes,
 )
-from backfill_assets.core.layers.schemas import TransformedPayloadSchema
 from backfill_assets.core.layers.upstream import resolve_upstream
 from backfill_assets.defs.checks import common
 from backfill_assets.defs.layers.raw import SHADOW_PAYLOADS as RAW_SHADOW
@@ -141,6 +140,8 @@ def reconciliation_failures(hours: list[str], counts: dict[str, dict[str, int]])
 )
 def transformed_checks(context: dg.AssetCheckExecutionContext, warehouse: Warehouse):
     """Check the transformed shadow version this run wrote, hour by hour; record outcomes."""
+    from backfill_assets.core.layers.models import TransformedPayloadSchema
+
     spark = warehouse.spark
     table = LAYER.checked_table
     version, hours, why = common.version_to_check(context, spark, table)

@@ -27,7 +27,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 
 from backfill_assets.core import faults
-from backfill_assets.core.layers.schemas import SessionSchema, session_id_aggregates
+from backfill_assets.core.layers.schemas import session_id_aggregates
 from backfill_assets.core.layers.sessions import (
     CLIENT_HOURLY_COLUMNS,
     CODE_VERSION,
@@ -139,6 +139,8 @@ def aggregated_shadow(
     launch_form: LaunchForm,  # the launch dialog's form: its answers become the run's tags
 ) -> Iterator[dg.MaterializeResult | dg.AssetObservation]:
     """Rebuild the sessions and client_hourly shadow tables of the session hours."""
+    from backfill_assets.core.layers.models import SessionSchema
+
     refuse_if_held(context)  # an earlier release in flight holds some of its hours
     faults.checkpoint(faults.SESSIONS_BUILD)
     started = time.monotonic()

@@ -12,7 +12,6 @@ from backfill_assets.core.backups.reader import read_folders
 from backfill_assets.core.backups.store import BackupStore
 from backfill_assets.core.layers import raw as core_raw
 from backfill_assets.core.layers import rules
-from backfill_assets.core.layers.schemas import RawPayloadSchema
 from backfill_assets.core.layers.shadow_stats import Measured, added_groups, stats_of
 from backfill_assets.core.names import (
     BACKUP_PROBLEMS,
@@ -179,6 +178,8 @@ def raw_shadow(
     launch_form: LaunchForm,  # the launch dialog's form: its answers become the run's tags
 ):
     """Read the closed backup folders of the hours into the raw shadow tables."""
+    from backfill_assets.core.layers.models import RawPayloadSchema
+
     refuse_if_held(context)  # an earlier release in flight holds some of its hours
     started = time.monotonic()
     hours = list(context.partition_keys)

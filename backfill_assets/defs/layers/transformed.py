@@ -10,7 +10,6 @@ from pyspark.sql import DataFrame
 
 from backfill_assets.core.layers import transformed as core_transformed
 from backfill_assets.core.layers.digests import id_digest_columns
-from backfill_assets.core.layers.schemas import TransformedPayloadSchema
 from backfill_assets.core.layers.shadow_stats import WithRules
 from backfill_assets.core.layers.upstream import UpstreamGap
 from backfill_assets.core.names import TRANSFORMED
@@ -66,6 +65,8 @@ def transformed_shadow(
     launch_form: LaunchForm,  # the launch dialog's form: its answers become the run's tags
 ) -> Iterator[dg.MaterializeResult | dg.AssetObservation]:
     """Rebuild the transformed shadow table of the hours from the release's raw payloads."""
+    from backfill_assets.core.layers.models import TransformedPayloadSchema
+
     refuse_if_held(context)  # an earlier release in flight holds some of its hours
     started = time.monotonic()
     hours = list(context.partition_keys)

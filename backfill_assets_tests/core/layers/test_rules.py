@@ -6,6 +6,7 @@ from datetime import datetime
 import pandera.pyspark as pa
 from pyspark.sql import functions as F
 
+from backfill_assets.core.layers.models import RawPayloadSchema
 from backfill_assets.core.layers.rules import (
     broken_count,
     evaluate,
@@ -13,7 +14,6 @@ from backfill_assets.core.layers.rules import (
     precounted,
     violation_predicates,
 )
-from backfill_assets.core.layers.schemas import RawPayloadSchema
 
 T = datetime(2026, 11, 20, 3, 15)
 COLUMNS = (

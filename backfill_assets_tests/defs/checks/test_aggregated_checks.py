@@ -4,7 +4,7 @@ from datetime import UTC, datetime
 
 from pyspark.sql import functions as F
 
-from backfill_assets.core.layers import rules, schemas
+from backfill_assets.core.layers import models, rules, schemas
 from backfill_assets.core.layers.sessions import client_hourly
 from backfill_assets.defs.checks.aggregated import (
     duplicates_of,
@@ -78,7 +78,7 @@ def test_client_hourly_reconciliation_names_the_broken_hour(spark) -> None:
 def duplicate_session_ids(sessions):
     """The duplicates of the sessions' rule evaluation (one job), as the check computes them."""
     report = rules.evaluate(
-        sessions, schemas.SessionSchema, ["hour"], extra=schemas.session_id_aggregates()
+        sessions, models.SessionSchema, ["hour"], extra=schemas.session_id_aggregates()
     )
     return duplicates_of(report)
 
