@@ -245,8 +245,7 @@ def run_job(
                 job,
                 {"ops": {op: {"config": config}}},
                 run_tags,
-                workspace=supervisor.workspace(),
-                prestarted=supervisor.graphql_process(),
+                target=supervisor.graphql_target(),
             )
         except launch.LaunchError as exc:
             raise CommandError(str(exc)) from None
@@ -320,6 +319,10 @@ def run_backfill(args: argparse.Namespace) -> int:
     hours, layers = validate_backfill(args)
     settings = Settings.from_env()
     instance = get_instance(settings)
+    kind = "dry run" if args.dry_run else "backfill"
+    # refused before any code server or daemon starts: a held range costs the instance query
+    held = release_hours(layers, args.first, args.last)
+    refuse_if_held(instance, held, f"{kind} {args.first}..{args.last}")
     with supervisor_of(settings, instance) as supervisor:
         if not args.no_wait:
             supervisor.prepare()  # the code server loads while this command loads and plans
@@ -347,7 +350,7 @@ def _run_backfill(args, hours: list[str], layers: list[str], context, supervisor
     selection = keys.release_selection(defs, layers, publish=not args.dry_run)
     kind = "dry run" if args.dry_run else "backfill"
     held = release_hours(layers, args.first, args.last)
-    refuse_if_held(instance, held, f"{kind} {args.first}..{args.last}")
+    refuse_if_held(instance, held, f"{kind} {args.first}..{args.last}")  # again: while it planned
     try:
         backfill_id = launch.submit_backfill(
             settings,
@@ -362,8 +365,7 @@ def _run_backfill(args, hours: list[str], layers: list[str], context, supervisor
             ),
             title=f"{kind} {args.first}..{args.last} {'+'.join(layers)}",
             description=one_line(args.reason or "", tags.MAX_REASON_CHARS),
-            workspace=supervisor.workspace(),
-            prestarted=supervisor.graphql_process(),
+            target=supervisor.graphql_target(),
         )
     except launch.LaunchError as exc:
         raise CommandError(str(exc)) from None
@@ -479,8 +481,7 @@ def _submit_publish(args: argparse.Namespace, config: dict, title: str) -> int:
                 ),
                 title=title,
                 run_config={"ops": {"release__publish": {"config": config}}},
-                workspace=supervisor.workspace(),
-                prestarted=supervisor.graphql_process(),
+                target=supervisor.graphql_target(),
             )
         except launch.LaunchError as exc:
             raise CommandError(str(exc)) from None

@@ -56,11 +56,11 @@ def _end_pauses(instance, release: str, backfills: list, by: str) -> set[str]:
     return set(found)
 
 
-def _calls(supervisor) -> dict:
+def _target(supervisor):
     """Where a GraphQL call of the command goes: the code server of its daemon (started by
     the first call), in the process started ahead for the first call."""
     supervisor.prepare()
-    return {"workspace": supervisor.workspace(), "prestarted": supervisor.graphql_process()}
+    return supervisor.graphql_target()
 
 
 def _stop(settings, instance, release: str, by: str, supervisor) -> list:
@@ -85,13 +85,13 @@ def _stop(settings, instance, release: str, by: str, supervisor) -> list:
             if found is not None and (
                 found.status.value in CANCELLABLE or found.backfill_id in paused
             ):
-                launch.cancel_backfill(settings, found.backfill_id, **_calls(supervisor))
+                launch.cancel_backfill(settings, found.backfill_id, _target(supervisor))
         if backfill is not None and (backfill.status.value in CANCELLABLE or release in paused):
-            launch.cancel_backfill(settings, release, **_calls(supervisor))
+            launch.cancel_backfill(settings, release, _target(supervisor))
             return []  # Dagster stops its runs
         if left:
             for run in left:
-                launch.terminate_run(settings, run, **_calls(supervisor))
+                launch.terminate_run(settings, run, _target(supervisor))
         else:
             raise CommandError(
                 f"release {release} is already {backfill.status.value.lower()}: nothing to cancel"
@@ -103,13 +103,18 @@ def _stop(settings, instance, release: str, by: str, supervisor) -> list:
 
 def run_cancel(args: argparse.Namespace) -> int:
     from backfill_assets.cli.backfill import _context, supervisor_of
+    from backfill_assets.core import tags
 
+    try:  # before any instance, daemon or code server: a typo costs nothing
+        release = tags.validate_release_id(args.release)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
     settings, instance = _context(args)
     with supervisor_of(settings, instance) as supervisor:  # one for every step of it
-        return _cancel(args, settings, instance, supervisor)
+        return _cancel(args, release, settings, instance, supervisor)
 
 
-def _cancel(args: argparse.Namespace, settings, instance, supervisor) -> int:
+def _cancel(args: argparse.Namespace, release: str, settings, instance, supervisor) -> int:
     import getpass
 
     from backfill_assets.cli.backfill import _follow
@@ -118,10 +123,6 @@ def _cancel(args: argparse.Namespace, settings, instance, supervisor) -> int:
     from backfill_assets.release import launch
     from backfill_assets.release.instance import release_runs
 
-    try:
-        release = tags.validate_release_id(args.release)
-    except ValueError as exc:
-        raise CommandError(str(exc)) from None
     by = args.requested_by or getpass.getuser()
     left = _stop(settings, instance, release, by, supervisor)
     hours = _hours(instance, release, left)
@@ -145,7 +146,7 @@ def _cancel(args: argparse.Namespace, settings, instance, supervisor) -> int:
     run_tags = {tags.MODE: "cancel", tags.REQUESTED_BY: by}
     run_config = {"ops": {"record_cancellation_op": {"config": config}}}
     try:
-        run_id = launch.submit_run(settings, CANCEL_JOB, run_config, run_tags, **_calls(supervisor))
+        run_id = launch.submit_run(settings, CANCEL_JOB, run_config, run_tags, _target(supervisor))
     except launch.LaunchError as exc:
         raise CommandError(f"release {release} cancelled; recording it failed: {exc}") from None
     status = _follow(

@@ -133,8 +133,7 @@ def _resume_paused(args, settings, instance, latest) -> int:
             launch.resume_backfill(
                 settings,
                 latest.backfill_id,
-                workspace=supervisor.workspace(),
-                prestarted=supervisor.graphql_process(),
+                target=supervisor.graphql_target(),
             )
         except launch.LaunchError as exc:
             pause.record(instance, latest.backfill_id, release, pause.PAUSED, by, "resume failed")
@@ -179,8 +178,7 @@ def run_resume(args: argparse.Namespace) -> int:
             resumed = launch.reexecute_backfill(
                 settings,
                 latest.backfill_id,
-                workspace=supervisor.workspace(),
-                prestarted=supervisor.graphql_process(),
+                target=supervisor.graphql_target(),
             )
         except launch.LaunchError as exc:
             raise CommandError(f"release {release}: {exc}") from None

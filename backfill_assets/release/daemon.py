@@ -26,6 +26,7 @@ from backfill_assets.release.launch import (
     IN_FLIGHT,
     LOCATION,
     WORKSPACE,
+    GraphQLTarget,
     LaunchError,
     bin_path,
     settings_env,
@@ -213,6 +214,11 @@ class DaemonSupervisor:
         there is none, or it died: the call then starts its own)."""
         process, self._graphql = self._graphql, None
         return process if process is not None and process.process.poll() is None else None
+
+    def graphql_target(self) -> GraphQLTarget:
+        """Where this command's next GraphQL call goes: its code server (``workspace``), in
+        the process prestarted for the first call."""
+        return GraphQLTarget(self.workspace(), self.graphql_process())
 
     def workspace(self) -> Path:
         """The workspace file for Dagster processes of this command: the code server's once

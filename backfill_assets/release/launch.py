@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -41,6 +42,19 @@ from backfill_assets.settings import PROJECT_ROOT, Settings, graphql_url
 log = logging.getLogger(__name__)
 
 WORKSPACE = PROJECT_ROOT / "workspace.yaml"
+
+
+@dataclass(frozen=True)
+class GraphQLTarget:
+    """Where a GraphQL call goes: a workspace file (the project's, each process loading the
+    code itself, or the code server of the command's daemon: ``DaemonSupervisor``) and the
+    ``dagster-graphql`` process started ahead for the call (None: it starts its own)."""
+
+    workspace: Path = WORKSPACE
+    prestarted: Prestarted | None = None
+
+
+PROJECT = GraphQLTarget()  # the project's workspace, a process per call
 LOCATION = "backfill_assets"
 REPOSITORY = "__repository__"
 IN_FLIGHT = [
@@ -102,18 +116,17 @@ def graphql(
     settings: Settings,
     query: str,
     variables: Mapping,
-    workspace: Path = WORKSPACE,
-    prestarted: Prestarted | None = None,
+    target: GraphQLTarget = PROJECT,
 ) -> dict:
-    """Run one GraphQL operation against ``workspace`` (the project's, or the code server of
-    the command's daemon: ``DaemonSupervisor.workspace``) or ``DAGSTER_GRAPHQL_URL``, in a
-    ``dagster-graphql`` process (``prestarted``'s when given: ``DaemonSupervisor``)."""
+    """Run one GraphQL operation against ``target``'s workspace or ``DAGSTER_GRAPHQL_URL``,
+    in a ``dagster-graphql`` process (``target``'s when it has one)."""
     with tempfile.TemporaryDirectory(prefix="backfill-assets-graphql-") as scratch:
         output = Path(scratch) / "result.json"
         args = ["-t", query, "-v", json.dumps(variables), "-o", str(output)]
         remote = graphql_url()
-        args += ["--remote", remote] if remote else ["-w", str(workspace)]
-        done = completed([bin_path("dagster-graphql"), *args], settings_env(settings), prestarted)
+        args += ["--remote", remote] if remote else ["-w", str(target.workspace)]
+        command = [bin_path("dagster-graphql"), *args]
+        done = completed(command, settings_env(settings), target.prestarted)
         try:
             result = json.loads(output.read_text())
         except (OSError, ValueError):
@@ -165,8 +178,7 @@ def submit_backfill(
     title: str,
     description: str = "",
     run_config: Mapping | None = None,
-    workspace: Path = WORKSPACE,
-    prestarted: Prestarted | None = None,
+    target: GraphQLTarget = PROJECT,
 ) -> str:
     """Submit an asset backfill (the UI's launch dialog request); returns its id.
 
@@ -182,7 +194,7 @@ def submit_backfill(
     }
     if run_config:
         params["runConfigData"] = dict(run_config)
-    data = graphql(settings, _BACKFILL, {"params": params}, workspace, prestarted)
+    data = graphql(settings, _BACKFILL, {"params": params}, target)
     return mutation_outcome(data["launchPartitionBackfill"], "LaunchBackfillSuccess")["backfillId"]
 
 
@@ -199,12 +211,11 @@ mutation Cancel($backfillId: String!) {
 def cancel_backfill(
     settings: Settings,
     backfill_id: str,
-    workspace: Path = WORKSPACE,
-    prestarted: Prestarted | None = None,
+    target: GraphQLTarget = PROJECT,
 ) -> str:
     """Cancel a backfill as the UI's cancel button does: Dagster stops submitting its
     runs and terminates those queued or running; returns its id."""
-    data = graphql(settings, _CANCEL, {"backfillId": backfill_id}, workspace, prestarted)
+    data = graphql(settings, _CANCEL, {"backfillId": backfill_id}, target)
     return mutation_outcome(data["cancelPartitionBackfill"], "CancelBackfillSuccess")["backfillId"]
 
 
@@ -223,13 +234,12 @@ mutation Reexecute($backfillId: String!) {
 def reexecute_backfill(
     settings: Settings,
     backfill_id: str,
-    workspace: Path = WORKSPACE,
-    prestarted: Prestarted | None = None,
+    target: GraphQLTarget = PROJECT,
 ) -> str:
     """Re-execute a finished backfill from failure, as the UI's *Re-execute* does: Dagster
     creates a backfill of what it did not materialize (tagged with the first backfill of
     the chain: the same release); returns its id."""
-    data = graphql(settings, _REEXECUTE, {"backfillId": backfill_id}, workspace, prestarted)
+    data = graphql(settings, _REEXECUTE, {"backfillId": backfill_id}, target)
     outcome = mutation_outcome(data["reexecutePartitionBackfill"], "LaunchBackfillSuccess")
     return outcome["backfillId"]
 
@@ -247,12 +257,11 @@ mutation Resume($backfillId: String!) {
 def resume_backfill(
     settings: Settings,
     backfill_id: str,
-    workspace: Path = WORKSPACE,
-    prestarted: Prestarted | None = None,
+    target: GraphQLTarget = PROJECT,
 ) -> str:
     """Set a paused backfill back to requested (Dagster's ``resumePartitionBackfill``): the
     daemon goes on from its data, nothing materialized or requested is requested again."""
-    data = graphql(settings, _RESUME, {"backfillId": backfill_id}, workspace, prestarted)
+    data = graphql(settings, _RESUME, {"backfillId": backfill_id}, target)
     return mutation_outcome(data["resumePartitionBackfill"], "ResumeBackfillSuccess")["backfillId"]
 
 
@@ -270,14 +279,13 @@ NOT_STARTED = (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED)
 def terminate_run(
     settings: Settings,
     run: dg.DagsterRun,
-    workspace: Path = WORKSPACE,
-    prestarted: Prestarted | None = None,
+    target: GraphQLTarget = PROJECT,
 ) -> str:
     """Stop one run as the UI's *Terminate* does: a run that never started (queued, or left
     not started) is marked cancelled at once, a started one is asked to stop; returns its id."""
     policy = "MARK_AS_CANCELED_IMMEDIATELY" if run.status in NOT_STARTED else "SAFE_TERMINATE"
     variables = {"runId": run.run_id, "policy": policy}
-    data = graphql(settings, _TERMINATE, variables, workspace, prestarted)
+    data = graphql(settings, _TERMINATE, variables, target)
     return mutation_outcome(data["terminateRun"], "TerminateRunSuccess")["run"]["runId"]
 
 
@@ -286,8 +294,7 @@ def submit_run(
     job: str,
     run_config: Mapping,
     run_tags: Mapping[str, str],
-    workspace: Path = WORKSPACE,
-    prestarted: Prestarted | None = None,
+    target: GraphQLTarget = PROJECT,
 ) -> str:
     """Submit one run of ``job`` to the instance's run queue; returns its id."""
     params = {
@@ -301,7 +308,7 @@ def submit_run(
             "tags": [{"key": k, "value": v} for k, v in sorted(run_tags.items())]
         },
     }
-    data = graphql(settings, _RUN, {"params": params}, workspace, prestarted)
+    data = graphql(settings, _RUN, {"params": params}, target)
     return mutation_outcome(data["launchRun"], "LaunchRunSuccess")["run"]["runId"]
 
 
@@ -342,10 +349,11 @@ def follow(
     cancelled) and ends."""
 
     reported: dict[str, RunSummary] = {}
+    pids: dict[str, int] = {}  # run id -> its worker's pid, once Dagster recorded it
     while True:
         if supervisor is not None:
             supervisor.ensure()
-        for orphan in fail_orphaned_runs(instance):
+        for orphan in fail_orphaned_runs(instance, pids):
             log.warning("run %s: its process is gone; marked failed", orphan)
         if backfill_id is not None:
             backfill = instance.get_backfill(backfill_id)

@@ -39,13 +39,22 @@ def process_exists(pid: int) -> bool:
     return True
 
 
-def fail_orphaned_runs(instance: dg.DagsterInstance) -> list[str]:
-    """Mark failed every started run of this machine whose worker process is gone."""
+def fail_orphaned_runs(
+    instance: dg.DagsterInstance, known: dict[str, int] | None = None
+) -> list[str]:
+    """Mark failed every started run of this machine whose worker process is gone.
+
+    ``known`` (run id -> pid) keeps the pids found, for a caller that asks every fraction
+    of a second: a run's worker pid, once recorded, does not change, and finding it reads
+    the run's engine events (hundreds in a long run)."""
     if type(instance.run_launcher).__name__ != "DefaultRunLauncher":
         return []
+    known = {} if known is None else known
     failed = []
     for run in instance.get_runs(filters=dg.RunsFilter(statuses=LIVE)):
-        pid = worker_pid(instance, run.run_id)
+        pid = known.get(run.run_id) or worker_pid(instance, run.run_id)
+        if pid is not None:
+            known[run.run_id] = pid
         if pid is None or process_exists(pid):
             continue
         instance.report_run_failed(
