@@ -6,8 +6,10 @@ Every Spark session of the project (Dagster runs, the CLI, the test suite) is bu
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
+import subprocess
 import sys
 import time
 from collections.abc import Mapping
@@ -218,8 +220,47 @@ def start_session(
 
 
 def spark_session(settings: Settings) -> SparkSession:
-    """A session outside Dagster (CLI, tests) with exactly the code location's config."""
-    return start_session(spark_config(settings, resolve=False), settings.data_root)
+    """A session outside Dagster (CLI, tests) with exactly the code location's config. The
+    driver JVM it launches is stopped as this process exits, before it exits
+    (``stop_driver``): the next command finds the metastore free."""
+    spark = start_session(spark_config(settings, resolve=False), settings.data_root)
+    atexit.unregister(stop_driver)  # once, however many sessions this process starts
+    atexit.register(stop_driver)
+    return spark
+
+
+DRIVER_EXIT_SECONDS = 60.0
+
+
+def stop_driver(timeout: float = DRIVER_EXIT_SECONDS) -> None:
+    """Stop this process's Spark context and the driver JVM it launched, and wait until
+    that JVM has exited (SIGKILL after ``timeout``); nothing to do without one.
+
+    Left alone, the JVM exits on its own after this process: it reads its standard input
+    until this process's end closes it, then stops. Until then it holds the embedded
+    metastore, and a run reports its end before its process exits, so the next run or
+    command could find the metastore in use. A context on a gateway this process did not
+    launch (no JVM process of its own) is only stopped.
+    """
+    from pyspark import SparkContext
+
+    context, gateway = SparkContext._active_spark_context, SparkContext._gateway
+    if context is not None:
+        context.stop()
+    jvm: subprocess.Popen | None = getattr(gateway, "proc", None)
+    if jvm is None:
+        return
+    gateway.shutdown()  # its connections closed: no call reaches the JVM as it goes
+    if jvm.poll() is None:
+        jvm.stdin.close()  # end of input: its gateway server exits (System.exit, hooks run)
+        try:
+            jvm.wait(timeout)
+        except subprocess.TimeoutExpired:
+            jvm.kill()
+            jvm.wait()
+    with SparkContext._lock:  # a later session in this process launches a JVM of its own
+        SparkContext._gateway = None
+        SparkContext._jvm = None
 
 
 # ----------------------------------------------------------------------- cost of a run

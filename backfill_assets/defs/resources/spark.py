@@ -26,6 +26,7 @@ from backfill_assets.core.spark.session import (
     spark_config,
     spark_usage,
     start_session,
+    stop_driver,
 )
 from backfill_assets.core.warehouse.tables import warm_metastore
 from backfill_assets.settings import Settings, short_run_bytes
@@ -77,6 +78,12 @@ class SparkResource(LazyPySparkResource):
             warm_metastore(self._spark_session)
         session = self._spark_session
         self._usage_mark = (last_stage(session), time.monotonic(), last_job(session))
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        """A session this run started stops with its JVM before the run reports its end
+        (``core.spark.session.stop_driver``): a run that ended holds no metastore."""
+        if self._spark_session is not None and self._started is not None:
+            stop_driver()
 
     def usage_metadata(self) -> dict[str, float | int]:
         """The run's Spark usage so far as metadata ({} before the session started)."""
