@@ -2,14 +2,14 @@
 mutation the UI's *Re-execute from failure* sends.
 
 A real release (the CLI's ``backfill``, with its daemon, partitions up to now as shipped)
-of a tree's 72 hours, built in runs of 24 hours per layer (``BACKFILL_HOURS_PER_RUN=24``):
+of a tree's 12 hours, built in runs of 4 hours per layer (``BACKFILL_HOURS_PER_RUN=4``):
 three chunks of raw and transformed, the sessions' hours in chunks of their own. The raw
 run of the second chunk is SIGKILLed as it builds (held at a fault checkpoint): the release
 ends failed and publishes nothing. It then goes on, once through the CLI's ``resume``, once
 through a real ``dagster-webserver`` receiving the UI's mutation with ``dagster-daemon``
 running it (``dagster dev``'s pair). Either way only the killed chunk's raw and transformed
 hours are built again (the runs of the other chunks are not repeated: read from the
-instance), with the sessions that needed them, and the release publishes all 72 hours
+instance), with the sessions that needed them, and the release publishes all 12 hours
 once, in one ledger transaction, its rows equal to what a clean release publishes (the
 independent referee, ``backfill_assets_dev.expected``, which the fidelity tests hold every
 release to).
@@ -50,12 +50,14 @@ from backfill_assets_tests.helpers.releases import published_once_and_right
 
 pytestmark = pytest.mark.slow
 
-FIRST, LAST = "2026-11-20T00", "2026-11-22T23"  # the tree's 72 hours
+FIRST, LAST = "2026-11-20T00", "2026-11-20T11"  # the tree's 12 hours
 TREE = set(hour_range(FIRST, LAST))
+CHUNK_HOURS = 4
 CHUNKS = [
-    hour_range(day + "T00", day + "T23") for day in ("2026-11-20", "2026-11-21", "2026-11-22")
+    hour_range(f"2026-11-20T{h:02d}", f"2026-11-20T{h + CHUNK_HOURS - 1:02d}")
+    for h in range(0, len(TREE), CHUNK_HOURS)
 ]
-CHUNKS_OF_A_DAY = {"BACKFILL_HOURS_PER_RUN": "24"}
+CHUNKED = {"BACKFILL_HOURS_PER_RUN": str(CHUNK_HOURS)}
 DEADLINE_SECONDS = 900
 RUN_WORKER = "spawn_main"  # a run's process: the code server starts it by multiprocessing
 RAW = table_key("shadow.raw_payloads")
@@ -98,7 +100,7 @@ class KilledTree:
 
 def killed_in_its_second_chunk(tmp_path: Path, monkeypatch, reason: str) -> Killed:
     env, settings = operator_tree(tmp_path, monkeypatch, hours=len(TREE), users_per_client=30)
-    env.update(CHUNKS_OF_A_DAY)
+    env.update(CHUNKED)
     fifo = tmp_path / "pause.fifo"
     command = ["backfill", "--from", FIRST, "--to", LAST, "--reason", reason]
     with cli_at_fault(command, env, fifo, f"{faults.RAW_BUILD}.{CHUNKS[1][0]}") as first:
