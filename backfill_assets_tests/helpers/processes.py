@@ -219,6 +219,22 @@ def start_python(
     )
 
 
+def run_python(
+    code: str, env: Mapping[str, str], timeout: float = 180
+) -> subprocess.CompletedProcess[str]:
+    """``python -c CODE`` to its end in ``env``; asserts it exited 0 (its stderr's tail)."""
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env=dict(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
 def processes_with(setting: str) -> dict[int, str]:
     """Live processes whose environment holds ``setting`` (``KEY=value``): pid -> process
     group, state and command line."""

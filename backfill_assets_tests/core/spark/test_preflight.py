@@ -20,7 +20,7 @@ import pytest
 
 from backfill_assets.cli.main import main
 from backfill_assets.core.spark import preflight
-from backfill_assets_tests.helpers.processes import cli, kill_group, start_in_group
+from backfill_assets_tests.helpers.processes import cli, kill_group, run_python, start_in_group
 
 
 def _env(tmp_path: Path, **paths: Path | str) -> dict[str, str]:
@@ -81,15 +81,7 @@ from pyspark import SparkContext
 print(result.success, SparkContext._gateway is None)
 print(failure.cls_name, failure.message.strip().splitlines()[0])
 """
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        env=_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_python(script, _env(tmp_path))
     success, failure = done.stdout.strip().splitlines()[-2:]
     assert success == "False True"  # the run failed and no JVM was started
     cls_name, message = failure.split(" ", 1)

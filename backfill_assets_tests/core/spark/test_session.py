@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from backfill_assets.core.spark import preflight
-from backfill_assets_tests.helpers.processes import kill_group, start_in_group
+from backfill_assets_tests.helpers.processes import kill_group, run_python, start_in_group
 
 JVM_PID = "int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())"
 
@@ -84,15 +84,7 @@ spark = spark_session(Settings.from_env())
 spark.sql("SHOW DATABASES").collect()
 print({JVM_PID})
 """
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        env=_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_python(script, _env(tmp_path))
     assert "Exception" not in done.stderr, done.stderr[-3000:]
     assert _gone(int(done.stdout.split()[-1]))
     assert preflight.metastore_in_use(str(tmp_path / "data")) is None
