@@ -9,7 +9,9 @@ instantiate SessionHiveMetaStoreClient" deep in Spark's log. Each check raises
 - the embedded Derby metastore (``$DATA_ROOT/metastore_db``) must not be held by another
   process: Derby holds an exclusive POSIX lock on ``metastore_db/dbex.lck`` while a JVM
   has the database open (released by the kernel when that process dies, so a crash
-  leaves no stale lock); the holder's PID is read from ``/proc/locks`` where available;
+  leaves no stale lock); the holder's PID is read from ``/proc/locks`` where available,
+  and a holder that is ending (being killed, exiting, or a driver JVM whose Python process
+  was killed and which exits at the end of its input) is waited for, not named;
 - ``BACKUP_ROOT`` must exist and hold ``raw/`` for commands that read backups.
 
 Called by the CLI (``cli.main``, per subcommand, see ``COMMAND_NEEDS``) and by the Spark
@@ -120,22 +122,58 @@ def _parent(pid: int) -> int | None:
     return int(stat.rsplit(")", 1)[1].split()[1])
 
 
-def _command_line(pid: int) -> str:
+def _command_line(pid: int, limit: int | None = 100) -> str:
     try:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return ""
     text = " ".join(raw.decode(errors="replace").replace("\0", " ").split())
-    return text if len(text) <= 100 else text[:97] + "..."
+    return text if limit is None or len(text) <= limit else text[: limit - 3] + "..."
 
 
 _PF_EXITING = 0x4  # /proc/<pid>/stat flags: the process is exiting
 
 
-def _await_exit_if_killed(pid: int, timeout: float = 30.0) -> bool:
-    """If ``pid`` is being killed (SIGKILL pending) or already exiting (the kernel drops
-    its locks only after unmapping its memory, which takes a while for a JVM), wait for
-    it to exit; True once it has. A process that is not dying is not waited for."""
+def _writes_to(pid: int, pipe: str) -> bool:
+    """``pid`` has ``pipe`` (``pipe:[inode]``) open for writing; a process whose files this
+    one may not list (another user's) might: True; one that has exited meanwhile: False."""
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(fd) != pipe:
+                continue
+            flags = Path(f"/proc/{pid}/fdinfo/{fd.name}").read_text().split("flags:", 1)[1]
+        except (OSError, IndexError):
+            continue  # closed meanwhile
+        if int(flags.split()[0], 8) & (os.O_WRONLY | os.O_RDWR):
+            return True
+    return False
+
+
+def _input_orphaned(pid: int) -> bool:
+    """``pid`` is a PySpark driver JVM whose Python process is gone (killed): no process
+    can write to its standard input any more, and it exits on its own at the end of it
+    (its gateway server stops, its shutdown hooks run), within a second or two."""
+    try:
+        pipe = os.readlink(f"/proc/{pid}/fd/0")
+    except OSError:
+        return False
+    if not pipe.startswith("pipe:") or "pyspark-shell" not in _command_line(pid, limit=None):
+        return False
+    others = (p for p in Path("/proc").iterdir() if p.name.isdigit() and p.name != str(pid))
+    return not any(_writes_to(int(other.name), pipe) for other in others)
+
+
+def _await_exit_if_ending(pid: int, timeout: float = 30.0) -> bool:
+    """If ``pid`` is ending, wait for it to exit; True once it has. Ending: being killed
+    (SIGKILL pending), already exiting (the kernel drops its locks only after unmapping
+    its memory, which takes a while for a JVM), or a driver JVM whose Python process died
+    (``_input_orphaned``). A process that is not ending is not waited for."""
     try:
         status = Path(f"/proc/{pid}/status").read_text()
         flags = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[6])
@@ -145,7 +183,8 @@ def _await_exit_if_killed(pid: int, timeout: float = 30.0) -> bool:
     for line in status.splitlines():
         if line.startswith(("SigPnd:", "ShdPnd:")):
             pending |= int(line.split()[1], 16)
-    if not (pending & (1 << (signal.SIGKILL - 1)) or flags & _PF_EXITING):
+    killed = pending & (1 << (signal.SIGKILL - 1)) or flags & _PF_EXITING
+    if not (killed or _input_orphaned(pid)):
         return False
     try:
         exited = os.pidfd_open(pid)
@@ -175,8 +214,8 @@ def metastore_in_use(data_root: str) -> str | None:
     ours = {os.getpid()}
     others = [p for p in _lock_holders(lock) if p not in ours and _parent(p) not in ours]
     for pid in others:
-        if _await_exit_if_killed(pid):
-            continue  # it was being killed and is gone now (with its lock)
+        if _await_exit_if_ending(pid):
+            continue  # it was ending and is gone now (with its lock)
         return _describe(pid)
     try:
         fd = os.open(lock, os.O_RDWR)

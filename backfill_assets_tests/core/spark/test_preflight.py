@@ -10,17 +10,27 @@ made by placing it under a regular file (``mkdir`` fails with ENOTDIR for every 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
+import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from backfill_assets.cli.main import main
 from backfill_assets.core.spark import preflight
-from backfill_assets_tests.helpers.processes import cli, kill_group, run_python, start_in_group
+from backfill_assets_tests.helpers.processes import (
+    cli,
+    kill_group,
+    kill_group_if_running,
+    run_python,
+    start_in_group,
+)
 
 
 def _env(tmp_path: Path, **paths: Path | str) -> dict[str, str]:
@@ -116,33 +126,45 @@ def test_unwritable_dagster_home_and_missing_backup_root(
     ]
 
 
-def test_a_metastore_held_by_another_process_is_named_and_released_when_it_dies(
-    tmp_path: Path,
-) -> None:
-    """A real second process holds the embedded Derby metastore; the CLI names its PID."""
+_HOLD_METASTORE = (
+    "import sys\n"
+    "from pyspark import SparkContext\n"
+    "from backfill_assets.core.spark.session import spark_session\n"
+    "from backfill_assets.settings import Settings\n"
+    "spark = spark_session(Settings.from_env())\n"
+    "spark.sql('SHOW DATABASES').collect()\n"  # boots the embedded metastore
+    "print('ready', SparkContext._gateway.proc.pid, flush=True)\n"
+    "sys.stdin.readline()\n"
+)
+
+
+def _hold_metastore(tmp_path: Path) -> tuple[subprocess.Popen, int]:
+    """A real second process holding the embedded Derby metastore of ``tmp_path/data``
+    (its process group of its own) and its driver JVM's PID, once the metastore is open."""
     env = {**_env(tmp_path), "JAVA_HOME": os.environ.get("JAVA_HOME", "")}
     if not env["JAVA_HOME"]:
         del env["JAVA_HOME"]
     holder = start_in_group(
-        [
-            sys.executable,
-            "-c",
-            "import sys\n"
-            "from backfill_assets.core.spark.session import spark_session\n"
-            "from backfill_assets.settings import Settings\n"
-            "spark = spark_session(Settings.from_env())\n"
-            "spark.sql('SHOW DATABASES').collect()\n"  # boots the embedded metastore
-            "print('ready', flush=True)\n"
-            "sys.stdin.readline()\n",
-        ],
+        [sys.executable, "-c", _HOLD_METASTORE],
         env=env,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
     )
+    ready = holder.stdout.readline().split()
+    if ready[:1] != ["ready"]:
+        kill_group(holder, timeout=60)
+        pytest.fail(f"the holder did not open the metastore: {ready}")
+    return holder, int(ready[1])
+
+
+def test_a_metastore_held_by_another_process_is_named_and_released_when_it_dies(
+    tmp_path: Path,
+) -> None:
+    """A real second process holds the embedded Derby metastore; the CLI names its PID."""
+    holder, _ = _hold_metastore(tmp_path)
     try:
-        assert holder.stdout.readline().strip() == "ready"
         data_root = str(tmp_path / "data")
         assert preflight.metastore_in_use(data_root)
 
@@ -165,3 +187,57 @@ def test_a_metastore_held_by_another_process_is_named_and_released_when_it_dies(
         os.close(jvm_exit)
     # The kernel drops a dead process's lock: no stale lock blocks the next command.
     assert preflight.metastore_in_use(str(tmp_path / "data")) is None
+
+
+def _blocked_in_a_wait(thread: threading.Thread) -> bool:
+    """``thread`` is blocked in poll/select (``/proc``: its current system call)."""
+    try:
+        call = Path(f"/proc/self/task/{thread.native_id}/syscall").read_text().split()[0]
+    except (OSError, IndexError):
+        return False
+    return call in _WAIT_CALLS
+
+
+# x86_64 and arm64 numbers of poll, select, pselect6 and ppoll
+_WAIT_CALLS = {"7", "23", "270", "271", "72", "73"}
+
+
+def test_a_driver_jvm_whose_python_was_killed_is_waited_for_not_named(tmp_path: Path) -> None:
+    """A run or command killed with SIGKILL leaves its driver JVM to end on its own: it
+    reads its input to the end, then exits (a second or two). A check made meanwhile, by
+    the next run a shared daemon launches, waits for it instead of failing the run."""
+    holder, jvm = _hold_metastore(tmp_path)
+    jvm_exit = os.pidfd_open(jvm)  # readable once the JVM has exited
+    try:
+        os.kill(jvm, signal.SIGSTOP)  # it cannot see the end of its input before the check
+        holder.kill()  # the Python process alone, as the OOM killer or an operator would
+        holder.wait(timeout=60)
+        assert preflight._input_orphaned(jvm)
+        found: dict[str, str | None] = {}
+        data_root = str(tmp_path / "data")
+        check = threading.Thread(
+            target=lambda: found.update(holder=preflight.metastore_in_use(data_root))
+        )
+        check.start()
+        deadline = time.monotonic() + 60
+        while not _blocked_in_a_wait(check) and check.is_alive() and time.monotonic() < deadline:
+            select.select([], [], [], 0.05)
+        assert check.is_alive(), f"the check returned without waiting: {found}"
+        os.kill(jvm, signal.SIGCONT)
+        check.join(timeout=60)
+        assert not check.is_alive() and found == {"holder": None}
+        assert select.select([jvm_exit], [], [], 0)[0], f"JVM {jvm} still alive"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(jvm, signal.SIGKILL)
+        os.close(jvm_exit)
+        kill_group_if_running(holder)
+
+
+def test_a_driver_jvm_whose_python_lives_is_not_waited_for(tmp_path: Path) -> None:
+    holder, jvm = _hold_metastore(tmp_path)
+    try:
+        assert not preflight._input_orphaned(jvm)
+        assert preflight.metastore_in_use(str(tmp_path / "data")).startswith(f"PID {jvm},")
+    finally:
+        kill_group(holder, timeout=60)
