@@ -132,6 +132,7 @@ def _command_line(pid: int, limit: int | None = 100) -> str:
 
 
 _PF_EXITING = 0x4  # /proc/<pid>/stat flags: the process is exiting
+_PYSPARK_DRIVER = "pyspark-shell"  # the application PySpark's launcher names for its JVM
 
 
 def _writes_to(pid: int, pipe: str) -> bool:
@@ -163,7 +164,7 @@ def _input_orphaned(pid: int) -> bool:
         pipe = os.readlink(f"/proc/{pid}/fd/0")
     except OSError:
         return False
-    if not pipe.startswith("pipe:") or "pyspark-shell" not in _command_line(pid, limit=None):
+    if not pipe.startswith("pipe:") or _PYSPARK_DRIVER not in _command_line(pid, limit=None):
         return False
     others = (p for p in Path("/proc").iterdir() if p.name.isdigit() and p.name != str(pid))
     return not any(_writes_to(int(other.name), pipe) for other in others)

@@ -189,6 +189,10 @@ def test_a_metastore_held_by_another_process_is_named_and_released_when_it_dies(
     assert preflight.metastore_in_use(str(tmp_path / "data")) is None
 
 
+# x86_64 and arm64 numbers of poll, select, pselect6 and ppoll
+_WAIT_CALLS = {"7", "23", "270", "271", "72", "73"}
+
+
 def _blocked_in_a_wait(thread: threading.Thread) -> bool:
     """``thread`` is blocked in poll/select (``/proc``: its current system call)."""
     try:
@@ -196,10 +200,6 @@ def _blocked_in_a_wait(thread: threading.Thread) -> bool:
     except (OSError, IndexError):
         return False
     return call in _WAIT_CALLS
-
-
-# x86_64 and arm64 numbers of poll, select, pselect6 and ppoll
-_WAIT_CALLS = {"7", "23", "270", "271", "72", "73"}
 
 
 def test_a_driver_jvm_whose_python_was_killed_is_waited_for_not_named(tmp_path: Path) -> None:
