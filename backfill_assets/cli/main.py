@@ -11,9 +11,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
-import signal
 import sys
 
+from backfill_assets.cli.interrupts import Interrupts, exit_status
 from backfill_assets.core.warehouse.ledger_file import LedgerUnavailable
 from backfill_assets.settings import SettingsError, check_environment
 
@@ -141,27 +141,17 @@ def main(argv: list[str] | None = None) -> int:
     if not args.verbose:  # the libraries' progress lines are not the operator's
         for name in QUIET_LOGGERS:
             logging.getLogger(name).setLevel(logging.WARNING)
-    signal.signal(signal.SIGTERM, _interrupt)  # unwind as for Ctrl-C: children stopped
-    try:
-        check_environment()  # a bad variable is named now, not deep in a run
-        _preflight(args)
-        return int(args.handler(args) or 0)
-    except (CommandError, LedgerUnavailable, SettingsError) as exc:  # ledger missing or down
-        print(f"backfill-assets {args.command}: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (``_interrupt``)
-        print(f"backfill-assets {args.command}: interrupted", file=sys.stderr)
-        return 128 + (signal.SIGTERM if str(exc) == _TERMINATED else signal.SIGINT)
-
-
-_TERMINATED = "SIGTERM"
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    """SIGTERM raises ``KeyboardInterrupt`` as SIGINT does: every ``with`` of the command
-    unwinds, so the daemon and code server it started (and the runs they ran) are stopped
-    before it exits, and a command following a release says what it left behind."""
-    raise KeyboardInterrupt(_TERMINATED)
+    with Interrupts():  # SIGTERM unwinds as Ctrl-C does: what the command started stops
+        try:
+            check_environment()  # a bad variable is named now, not deep in a run
+            _preflight(args)
+            return int(args.handler(args) or 0)
+        except (CommandError, LedgerUnavailable, SettingsError) as exc:  # ledger missing/down
+            print(f"backfill-assets {args.command}: {exc}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM
+            print(f"backfill-assets {args.command}: interrupted", file=sys.stderr)
+            return exit_status(exc)
 
 
 if __name__ == "__main__":
