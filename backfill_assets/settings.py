@@ -220,6 +220,16 @@ def _environ(env: Mapping[str, str] | None) -> Mapping[str, str]:
     return os.environ if env is None else env
 
 
+DRIVER_HOST_ENV = "BACKFILL_ASSETS_DRIVER_HOST"
+
+
+def driver_host_file(env: Mapping[str, str] | None = None) -> str | None:
+    """``BACKFILL_ASSETS_DRIVER_HOST``: the file of the driver JVM the runs of a
+    ``backfill`` attach to (``core.spark.shared_driver``); the command sets it for its
+    runs, it is not an operator's setting."""
+    return _environ(env).get(DRIVER_HOST_ENV) or None
+
+
 def graphql_url(env: Mapping[str, str] | None = None) -> str | None:
     """``DAGSTER_GRAPHQL_URL``: the webserver the commands submit to (None: the workspace)."""
     return _environ(env).get(GRAPHQL_URL_ENV) or None

@@ -325,7 +325,7 @@ def run_backfill(args: argparse.Namespace) -> int:
     refuse_if_held(instance, held, f"{kind} {args.first}..{args.last}")
     with supervisor_of(settings, instance) as supervisor:
         if not args.no_wait:
-            supervisor.prepare()  # the code server loads while this command loads and plans
+            supervisor.prepare(driver=True)  # the code server loads while this command plans
         from backfill_assets.definitions import build_definitions
 
         defs = build_definitions(settings)
@@ -333,6 +333,7 @@ def run_backfill(args: argparse.Namespace) -> int:
 
 
 def _run_backfill(args, hours: list[str], layers: list[str], context, supervisor) -> int:
+    from backfill_assets.cli.cost import estimate_tags, short_run
     from backfill_assets.core import tags
     from backfill_assets.core.text import one_line
     from backfill_assets.release import keys, launch
@@ -344,9 +345,9 @@ def _run_backfill(args, hours: list[str], layers: list[str], context, supervisor
     if args.approve_changes:
         extra[tags.APPROVE_CHANGES] = "true"
     if "raw" in layers:  # the release reads backups: how long should it take, at what cost?
-        from backfill_assets.cli.cost import estimate_tags
-
         extra.update(estimate_tags(args, context, hours))
+    if not args.no_wait:  # the runs' driver JVM starts while the release is submitted
+        supervisor.start_driver(short_run=short_run(extra))
     selection = keys.release_selection(defs, layers, publish=not args.dry_run)
     kind = "dry run" if args.dry_run else "backfill"
     held = release_hours(layers, args.first, args.last)

@@ -42,3 +42,14 @@ def cost_approval(args: argparse.Namespace, guess) -> dict[str, str]:
         raise CommandError(refusal(guess, cap, f"release {args.first}..{args.last}"))
     print(f"cost approved above the cap of {cap:g} core-hour(s): {args.reason}")
     return {tags.APPROVE_COST: f"{guess.core_hours:.3g}"}
+
+
+def short_run(extra: dict[str, str]) -> bool:
+    """Whether a release of these tags reads so little that its JVMs start for a short
+    life (``BACKFILL_SHORT_RUN_BYTES``; an unknown size is not short)."""
+    from backfill_assets.core import tags
+    from backfill_assets.core.spark.session import is_short_run
+    from backfill_assets.settings import short_run_bytes
+
+    size = extra.get(tags.INPUT_BYTES, "")
+    return is_short_run(int(size) if size.isdigit() else None, short_run_bytes())

@@ -22,6 +22,7 @@ from typing import TypeVar
 
 import dagster as dg
 
+from backfill_assets.core.spark import driver_host
 from backfill_assets.release.launch import (
     IN_FLIGHT,
     LOCATION,
@@ -143,6 +144,8 @@ class DaemonSupervisor:
         self._next_daemon: Prestarted | None = None  # started ahead, not yet running
         self._daemon: Prestarted | None = None  # the running daemon's process
         self._graphql: Prestarted | None = None
+        self.driver_host: subprocess.Popen | None = None  # the runs' driver JVM's host
+        self._run_env: dict[str, str] = {}  # what the code server passes on to the runs
 
     def _external_daemon(self) -> bool:
         """A daemon we did not start sent a heartbeat after the last one we stopped."""
@@ -171,25 +174,29 @@ class DaemonSupervisor:
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_file, "ab") as out:
             return start(
-                env=settings_env(self.settings),
+                env={**settings_env(self.settings), **self._run_env},
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 preexec_fn=_die_with_parent,
             )
 
-    def _spawn(self, command: list[str]) -> subprocess.Popen:
-        return self._started(functools.partial(subprocess.Popen, command))
+    def _spawn(self, command: list[str], **popen) -> subprocess.Popen:
+        return self._started(functools.partial(subprocess.Popen, command, **popen))
 
     def _prestart_daemon(self) -> None:
         if self._next_daemon is None:
             self._next_daemon = self._started(functools.partial(Prestarted, "dagster-daemon"))
 
-    def prepare(self) -> None:
+    def prepare(self, *, driver: bool = False) -> None:
         """Start the code server of a daemon this command will run (none if another process
-        serves the instance); returns at once, ``workspace`` waits for it."""
+        serves the instance); returns at once, ``workspace`` waits for it. With ``driver``
+        (a release's runs will use Spark), also a driver JVM the runs attach to, one after
+        the other (``core.spark.driver_host``), where they can share one."""
         if self.code_server is not None or not self._owns():
             return
         self._scratch = Path(tempfile.mkdtemp(prefix="backfill-assets-"))
+        if driver and driver_host.wanted(self.settings):  # where runs look for it
+            self._run_env[driver_host.HOST_FILE_ENV] = str(self._scratch / "driver.json")
         sock = self._scratch / "code.sock"
         (self._scratch / "workspace.yaml").write_text(
             json.dumps(
@@ -208,6 +215,15 @@ class DaemonSupervisor:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
+
+    def start_driver(self, *, short_run: bool) -> None:
+        """Launch the driver JVM the runs of this command's release attach to (``prepare``
+        with ``driver``; nothing otherwise), for a short life if ``short_run``."""
+        path = self._run_env.get(driver_host.HOST_FILE_ENV)
+        if path is None or self.driver_host is not None:
+            return
+        command = driver_host.command(Path(path), short_run=short_run)
+        self.driver_host = self._spawn(command, stdin=subprocess.PIPE)
 
     def graphql_process(self) -> Prestarted | None:
         """The process prestarted for this command's (first) GraphQL call, once (None if
@@ -310,7 +326,9 @@ class DaemonSupervisor:
         if self._daemon is not None:
             self._daemon.end()  # stopped below, its process then exits
         self._next_daemon = self._graphql = self._daemon = None
-        stop_process_groups([p for p in (self.process, self.code_server) if p is not None])
+        stop_process_groups(
+            [p for p in (self.process, self.code_server, self.driver_host) if p is not None]
+        )
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
         if self._lock is not None:
@@ -319,6 +337,7 @@ class DaemonSupervisor:
             fcntl.flock(self._lock, fcntl.LOCK_UN)
             self._lock.close()
         self.process, self.code_server, self._lock, self._scratch = None, None, None, None
+        self.driver_host, self._run_env = None, {}
 
     def __enter__(self) -> DaemonSupervisor:
         return self

@@ -203,16 +203,17 @@ def _describe(pid: int) -> str:
     return f"PID {pid}{started_by}"
 
 
-def metastore_in_use(data_root: str) -> str | None:
+def metastore_in_use(data_root: str, host: int | None = None) -> str | None:
     """Who holds the embedded metastore of ``data_root`` (a description), or None if free.
 
-    A lock held by this process or by its own JVM (a session already running here) does
-    not count: that session keeps using the metastore it has open.
+    A lock held by this process or by its own JVM (a session already running here), or by
+    the driver JVM ``host`` it attaches to, does not count: that session keeps using the
+    metastore it has open.
     """
     lock = Path(metastore_dir(data_root)) / DERBY_LOCK
     if not lock.exists():
         return None
-    ours = {os.getpid()}
+    ours = {os.getpid(), *([host] if host else [])}
     others = [p for p in _lock_holders(lock) if p not in ours and _parent(p) not in ours]
     for pid in others:
         if _await_exit_if_ending(pid):
@@ -239,11 +240,12 @@ def _session_running_here() -> bool:
     return bool(pyspark and pyspark.SparkContext._active_spark_context is not None)
 
 
-def check_metastore(data_root: str) -> None:
-    """The embedded metastore of ``data_root`` is not held by another process."""
+def check_metastore(data_root: str, host: int | None = None) -> None:
+    """The embedded metastore of ``data_root`` is not held by another process than the
+    driver JVM ``host`` (when given)."""
     if is_uri(data_root) or _session_running_here():
         return
-    holder = metastore_in_use(data_root)
+    holder = metastore_in_use(data_root, host)
     if holder:
         raise PreflightError(
             f"the embedded metastore {metastore_dir(data_root)} is in use by {holder}; "
@@ -268,12 +270,13 @@ def check_ledger(data_root: str) -> None:
         raise PreflightError(str(exc)) from None
 
 
-def before_spark(data_root: str) -> None:
+def before_spark(data_root: str, host: int | None = None) -> None:
     """What a local Spark session needs: a writable DATA_ROOT, a free metastore, and a
-    ledger that is not damaged (every run's work ends in it)."""
+    ledger that is not damaged (every run's work ends in it). ``host``: the pid of the
+    driver JVM the session attaches to (``driver_host``), whose metastore is its own."""
     check_ledger(data_root)
     check_data_root(data_root)
-    check_metastore(data_root)
+    check_metastore(data_root, host)
 
 
 def check_dagster_home(dagster_home: str) -> None:

@@ -7,6 +7,7 @@ Every Spark session of the project (Dagster runs, the CLI, the test suite) is bu
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import re
 import subprocess
@@ -18,9 +19,11 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from backfill_assets.core.spark import jvm_archive, preflight
-from backfill_assets.core.warehouse.tables import METASTORE_URL
+from backfill_assets.core.spark import jvm_archive, preflight, shared_driver
+from backfill_assets.core.warehouse.tables import METASTORE_URL, embedded_database
 from backfill_assets.settings import Settings, environ, is_uri, without_spark_conf_dir
+
+log = logging.getLogger(__name__)
 
 # ${VAR} (required) or ${VAR:-default}.
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -202,8 +205,9 @@ def start_session(
     Python workers run the driver's interpreter (the project's virtualenv) unless
     ``PYSPARK_PYTHON`` says otherwise, as on a cluster image.
     """
+    host = _attach()
     if data_root:
-        preflight.before_spark(data_root)
+        preflight.before_spark(data_root, host=host.pid if host else None)
     conf = launch_conf(config, short_run=short_run)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the workers' (child) environment
     builder = SparkSession.builder
@@ -217,6 +221,24 @@ def start_session(
     # spark_config reads the directory's files and every value reaches the JVM as --conf.
     with without_spark_conf_dir():
         return builder.getOrCreate()
+
+
+def _attach() -> shared_driver.Host | None:
+    """Attach this process to the driver JVM its environment names (``driver_host``), if
+    one runs and no JVM is attached yet: PySpark then starts its context there. A context
+    a killed run left in it is stopped first. None: a JVM of its own is launched."""
+    from pyspark import SparkContext
+
+    host = shared_driver.hosted()
+    if host is None or SparkContext._gateway is not None:
+        return None
+    for key, value in host.gateway_env().items():  # read by PySpark's gateway launch
+        os.environ[key] = value
+    SparkContext._ensure_initialized()
+    if shared_driver.stop_leftover_context(SparkContext._jvm):
+        log.warning("stopped a Spark context a killed run left in the driver JVM %d", host.pid)
+    log.info("Spark: attached to the command's driver JVM (PID %d)", host.pid)
+    return host
 
 
 def spark_session(settings: Settings) -> SparkSession:
@@ -245,10 +267,13 @@ def stop_driver(timeout: float = DRIVER_EXIT_SECONDS) -> None:
     from pyspark import SparkContext
 
     context, gateway = SparkContext._active_spark_context, SparkContext._gateway
+    database = embedded_database(context.getConf().get(METASTORE_URL, "")) if context else None
     if context is not None:
         context.stop()
     jvm: subprocess.Popen | None = getattr(gateway, "proc", None)
     if jvm is None:
+        if gateway is not None and database and shared_driver.hosted():  # a host's JVM
+            shared_driver.shut_down_database(SparkContext._jvm, database)
         return
     gateway.shutdown()  # its connections closed: no call reaches the JVM as it goes
     if jvm.poll() is None:

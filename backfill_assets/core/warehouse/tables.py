@@ -116,11 +116,18 @@ METASTORE_URL = "spark.hadoop.javax.jdo.option.ConnectionURL"
 _DERBY_DATABASE = re.compile(r"^jdbc:derby:(?:[^;]*);(?:.*;)?databaseName=([^;]+)")
 
 
+def embedded_database(connection_url: str) -> str | None:
+    """The folder of the embedded Derby metastore ``connection_url`` names; None for
+    another metastore."""
+    match = _DERBY_DATABASE.match(connection_url)
+    return match.group(1) if match else None
+
+
 def embedded_metastore_missing(connection_url: str) -> bool:
     """Whether ``connection_url`` is an embedded Derby metastore that does not exist yet
     (no ``service.properties`` in its folder; a remote metastore is never missing)."""
-    match = _DERBY_DATABASE.match(connection_url)
-    return bool(match) and not (Path(match.group(1)) / "service.properties").is_file()
+    database = embedded_database(connection_url)
+    return bool(database) and not (Path(database) / "service.properties").is_file()
 
 
 def _external_catalog(spark: SparkSession):
