@@ -78,7 +78,7 @@ bench-stack: install check-java stack-deps jvm-archive
 
 ui: install check-java jvm-archive
 	$(BIN)/python -c 'from backfill_assets.release.instance import prepare_dagster_home as p; from backfill_assets.settings import Settings as S; print("DAGSTER_HOME:", p(S.from_env()))'
-	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p $(or $(PORT),3000)
+	$(BIN)/python -m backfill_assets.core.spark.driver_host --run $(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p $(or $(PORT),3000)
 
 lint: install
 	$(BIN)/ruff check .

@@ -224,9 +224,9 @@ DRIVER_HOST_ENV = "BACKFILL_ASSETS_DRIVER_HOST"
 
 
 def driver_host_file(env: Mapping[str, str] | None = None) -> str | None:
-    """``BACKFILL_ASSETS_DRIVER_HOST``: the file of the driver JVM the runs of a
-    ``backfill`` attach to (``core.spark.shared_driver``); the command sets it for its
-    runs, it is not an operator's setting."""
+    """``BACKFILL_ASSETS_DRIVER_HOST``: the file of the driver JVM local runs attach to
+    (``core.spark.shared_driver``); ``backfill``, ``resume`` and ``driver_host --run`` set
+    it for the processes they start, it is not an operator's setting."""
     return _environ(env).get(DRIVER_HOST_ENV) or None
 
 

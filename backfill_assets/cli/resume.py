@@ -121,12 +121,14 @@ def _resume_paused(args, settings, instance, latest) -> int:
     import getpass
 
     from backfill_assets.cli.backfill import _follow, supervisor_of
+    from backfill_assets.cli.cost import short_run
     from backfill_assets.release import launch, pause
 
     release = args.release
     with supervisor_of(settings, instance) as supervisor:
-        if not args.no_wait:
-            supervisor.prepare()
+        if not args.no_wait:  # the release's runs share one driver JVM, as a backfill's
+            supervisor.prepare(driver=True)
+            supervisor.start_driver(short_run=short_run(dict(latest.tags)))
         by = args.requested_by or getpass.getuser()
         pause.record(instance, latest.backfill_id, release, pause.RESUMED, by)
         try:
@@ -157,6 +159,7 @@ def _resume_paused(args, settings, instance, latest) -> int:
 
 def run_resume(args: argparse.Namespace) -> int:
     from backfill_assets.cli.backfill import _context, _follow, refuse_if_held, supervisor_of
+    from backfill_assets.cli.cost import short_run
     from backfill_assets.release import holds, launch, pause
 
     settings, instance = _context(args)
@@ -172,8 +175,9 @@ def run_resume(args: argparse.Namespace) -> int:
         )
     refuse_if_held(instance, holds.release_hours(instance, release), f"resume {release}")
     with supervisor_of(settings, instance) as supervisor:
-        if not args.no_wait:
-            supervisor.prepare()
+        if not args.no_wait:  # the release's runs share one driver JVM, as a backfill's
+            supervisor.prepare(driver=True)
+            supervisor.start_driver(short_run=short_run(dict(latest.tags)))
         try:
             resumed = launch.reexecute_backfill(
                 settings,

@@ -22,7 +22,7 @@ from typing import TypeVar
 
 import dagster as dg
 
-from backfill_assets.core.spark import driver_host
+from backfill_assets.core.spark import driver_host, shared_driver
 from backfill_assets.release.launch import (
     IN_FLIGHT,
     LOCATION,
@@ -33,7 +33,7 @@ from backfill_assets.release.launch import (
     settings_env,
 )
 from backfill_assets.release.prestart import Prestarted
-from backfill_assets.settings import Settings
+from backfill_assets.settings import DRIVER_HOST_ENV, Settings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -195,8 +195,10 @@ class DaemonSupervisor:
         if self.code_server is not None or not self._owns():
             return
         self._scratch = Path(tempfile.mkdtemp(prefix="backfill-assets-"))
-        if driver and driver_host.wanted(self.settings):  # where runs look for it
-            self._run_env[driver_host.HOST_FILE_ENV] = str(self._scratch / "driver.json")
+        if driver and driver_host.wanted(self.settings) and shared_driver.hosted() is None:
+            # where runs look for it (a host that serves this command already, as
+            # ``driver_host --run``'s, is in the runs' environment as it is in this one)
+            self._run_env[DRIVER_HOST_ENV] = str(self._scratch / "driver.json")
         sock = self._scratch / "code.sock"
         (self._scratch / "workspace.yaml").write_text(
             json.dumps(
@@ -219,7 +221,7 @@ class DaemonSupervisor:
     def start_driver(self, *, short_run: bool) -> None:
         """Launch the driver JVM the runs of this command's release attach to (``prepare``
         with ``driver``; nothing otherwise), for a short life if ``short_run``."""
-        path = self._run_env.get(driver_host.HOST_FILE_ENV)
+        path = self._run_env.get(DRIVER_HOST_ENV)
         if path is None or self.driver_host is not None:
             return
         command = driver_host.command(Path(path), short_run=short_run)

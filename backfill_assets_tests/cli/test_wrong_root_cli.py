@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from backfill_assets_dev.generator import generate_backups
-from backfill_assets_tests.helpers.processes import cli
+from backfill_assets_tests.helpers.processes import cli, one_driver_jvm
 
 pytestmark = pytest.mark.slow
 
@@ -35,13 +35,18 @@ def test_a_backfill_from_a_tree_with_a_client_fewer_is_held_back_naming_the_clie
     options = {"start": HOURS[0], "hours": 2, "users_per_client": 25, "workers": 1}
     generate_backups(right, clients=2, seed=11, **options)
     generate_backups(wrong, clients=1, seed=5, **options)
-    env = {
+    shell = {
         **os.environ,
         "DATA_ROOT": str(tmp_path / "data"),
         "DAGSTER_HOME": str(tmp_path / "home"),
         "BACKFILL_RECONCILE_SENSOR": "off",
         "DAGSTER_DISABLE_TELEMETRY": "1",
     }
+    with one_driver_jvm(shell, tmp_path) as env:  # the commands' runs and reads share it
+        _held_back_and_refused(env, tmp_path, right, wrong)
+
+
+def _held_back_and_refused(env: dict[str, str], tmp_path: Path, right: Path, wrong: Path):
     span = ["--from", HOURS[0], "--to", HOURS[-1], *RAW_ONLY]
     # each command runs the daemon itself, with its BACKUP_ROOT: the code location's and
     # the runs' (one daemon for the module would read one tree for all)

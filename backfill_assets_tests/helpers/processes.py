@@ -28,9 +28,10 @@ from pathlib import Path
 
 import dagster as dg
 
+from backfill_assets.core.spark import driver_host
 from backfill_assets.release import launch
 from backfill_assets.release.instance import prepare_dagster_home
-from backfill_assets.settings import PROJECT_ROOT, Settings
+from backfill_assets.settings import DRIVER_HOST_ENV, PROJECT_ROOT, Settings
 from backfill_assets_dev.generator import generate_backups
 from backfill_assets_dev.stack.servers import Processes, Server, free_port, libpq_url
 
@@ -235,6 +236,29 @@ def run_python(
     return done
 
 
+@contextmanager
+def one_driver_jvm(env: Mapping[str, str], where: Path) -> Iterator[dict[str, str]]:
+    """``env`` naming a driver JVM held for the block (``core.spark.driver_host``), as an
+    operator's shell under ``driver_host --run``: the runs of every command of ``env``, and
+    every Spark session a process of ``env`` starts, attach to it in turn (one at a time,
+    as local runs are) instead of launching a JVM each. The JVM starts for a short life, as
+    a command's does for tiny releases."""
+    path = where / "driver.json"
+    host = start_in_group(
+        driver_host.command(path, short_run=True),
+        env=dict(env), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert "serves the runs" in host.stdout.readline(), "the driver JVM did not start"
+        yield {**env, DRIVER_HOST_ENV: str(path)}
+    finally:
+        host.stdin.close()  # the host's end of input: it stops its JVM and exits
+        try:
+            host.wait(timeout=60)
+        finally:
+            kill_group_if_running(host)
+
+
 def processes_with(setting: str) -> dict[int, str]:
     """Live processes whose environment holds ``setting`` (``KEY=value``): pid -> process
     group, state and command line."""
@@ -352,10 +376,12 @@ def kill_inheriting(setting: str) -> None:
 
 def start_daemon(processes: Processes, env: Mapping[str, str], log: Path) -> Server:
     """A ``dagster-daemon`` of the project's workspace (``launch.WORKSPACE``) with ``env``,
-    in a process group of its own (``processes``: stopped by PID), its output in ``log``."""
+    in a process group of its own (``processes``: stopped by PID), its output in ``log``;
+    as ``make ui`` runs Dagster's, with a driver JVM its runs share (``driver_host --run``:
+    a local master only)."""
     return processes.start(
         "dagster-daemon",
-        [bin_of("dagster-daemon"), "run", "-w", str(launch.WORKSPACE)],
+        driver_host.around([bin_of("dagster-daemon"), "run", "-w", str(launch.WORKSPACE)]),
         log=log,
         env=env,
         cwd=PROJECT_ROOT,

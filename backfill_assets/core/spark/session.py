@@ -272,7 +272,7 @@ def stop_driver(timeout: float = DRIVER_EXIT_SECONDS) -> None:
         context.stop()
     jvm: subprocess.Popen | None = getattr(gateway, "proc", None)
     if jvm is None:
-        if gateway is not None and database and shared_driver.hosted():  # a host's JVM
+        if gateway is not None and database:  # a host's JVM (no process of this one's)
             shared_driver.shut_down_database(SparkContext._jvm, database)
         return
     gateway.shutdown()  # its connections closed: no call reaches the JVM as it goes

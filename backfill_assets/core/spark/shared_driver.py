@@ -6,7 +6,7 @@ had not warmed yet (a step costs about twice as much in a cold JVM). The command
 its own daemon starts a host (``driver_host``) while its code server loads: it launches
 one driver JVM, as a run would, and writes a file (its gateway's port and secret, the
 JVM's pid; readable by its owner only) once the JVM listens. A run whose environment
-names that file (``HOST_FILE_ENV``) attaches to the JVM (PySpark's
+names that file (``settings.DRIVER_HOST_ENV``) attaches to the JVM (PySpark's
 ``PYSPARK_GATEWAY_PORT``) instead of launching its own: it starts its own Spark context
 there, and at its end stops it and shuts the embedded metastore's database down, so the
 JVM holds nothing between runs. A context a killed run left is stopped by the next run
@@ -22,9 +22,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from backfill_assets.settings import DRIVER_HOST_ENV, driver_host_file
+from backfill_assets.settings import driver_host_file
 
-HOST_FILE_ENV = DRIVER_HOST_ENV  # the file a host writes, in the runs' environment
 GATEWAY_ENV = ("PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET")  # PySpark's, to attach
 
 

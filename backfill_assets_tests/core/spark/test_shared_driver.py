@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from backfill_assets.core.spark import driver_host, preflight, shared_driver
+from backfill_assets.settings import DRIVER_HOST_ENV
 
 pytestmark = pytest.mark.slow
 
@@ -51,7 +52,7 @@ def test_runs_share_the_hosts_jvm_and_leave_the_metastore_free(tmp_path: Path):
         **os.environ,
         "DATA_ROOT": str(data_root),
         "DAGSTER_HOME": str(tmp_path / "home"),
-        shared_driver.HOST_FILE_ENV: str(host_file),
+        DRIVER_HOST_ENV: str(host_file),
     }
     host = subprocess.Popen(
         driver_host.command(host_file, short_run=True),
@@ -86,3 +87,33 @@ def test_runs_share_the_hosts_jvm_and_leave_the_metastore_free(tmp_path: Path):
     assert host.returncode == 0
     with pytest.raises(ProcessLookupError):
         os.kill(jvm.pid, 0)
+
+
+# A process of ``driver_host --run``'s command: the host its environment names, and its own
+# exit status.
+NAMED = """
+import sys
+from backfill_assets.core.spark import shared_driver
+from backfill_assets.settings import driver_host_file
+
+host = shared_driver.hosted()
+print(host.pid, driver_host_file(), flush=True)
+sys.exit(3)
+"""
+
+
+def test_a_command_run_with_a_host_finds_its_jvm_and_the_jvm_ends_with_it(tmp_path: Path):
+    """``driver_host --run COMMAND`` (``make ui``'s ``dagster dev``, a test's daemon): the
+    command's processes find the JVM, its status is the host's, and nothing is left."""
+    env = {**os.environ, "DATA_ROOT": str(tmp_path / "data"), "DAGSTER_HOME": str(tmp_path)}
+    env.pop(DRIVER_HOST_ENV, None)
+    done = subprocess.run(
+        driver_host.around([sys.executable, "-c", NAMED]),
+        env=env, capture_output=True, text=True, timeout=300, start_new_session=True,
+    )  # fmt: skip
+    assert done.returncode == 3, done.stderr
+    pid, path = done.stdout.split()
+    assert f"driver JVM {pid} serves the runs of: {sys.executable} -c" in done.stderr
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pid), 0)  # the JVM ended with the command
+    assert not Path(path).parent.exists()  # and the host's file with it
