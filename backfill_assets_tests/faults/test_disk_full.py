@@ -24,7 +24,13 @@ import pytest
 from backfill_assets.core.names import LAYERS
 from backfill_assets.settings import LEDGER_URL_ENV
 from backfill_assets_dev.generator import generate_backups
-from backfill_assets_tests.helpers.processes import cli, cli_env, cli_together, shared_daemon
+from backfill_assets_tests.helpers.processes import (
+    cli,
+    cli_env,
+    cli_together,
+    one_driver_jvm,
+    shared_daemon,
+)
 from backfill_assets_tests.helpers.releases import published_state
 
 pytestmark = pytest.mark.slow
@@ -91,9 +97,22 @@ def test_a_full_disk_is_named_with_its_path_and_publishes_nothing_until_freed(
     generate_backups(
         backups, start=FIRST, hours=4, clients=2, users_per_client=25, seed=11, workers=1
     )
-    env = cli_env(
+    shell = cli_env(
         tmp_path, backups, **{LEDGER_URL_ENV: f"sqlite:///{small_warehouse}/ledger.sqlite"}
     )
+    # one driver JVM for the daemon's runs and the test's reads between the commands
+    with one_driver_jvm(shell, tmp_path) as env:
+        before = _fails_on_a_full_disk_then_publishes(env, tmp_path, small_warehouse)
+        after = published_state(env, TABLES)
+    assert {h: after["raw.payloads"][h] for h in before["raw.payloads"]} == before["raw.payloads"]
+    rows = {h: n for h, (_, n) in after["raw.payloads"].items()}
+    assert set(rows) == {f"2026-11-20T0{h}" for h in range(4)} and all(rows.values())
+
+
+def _fails_on_a_full_disk_then_publishes(
+    env: dict[str, str], tmp_path: Path, small_warehouse: Path
+) -> dict:
+    """The published state before the disk filled, once the retry has published."""
     with shared_daemon(env, tmp_path / "logs"):
         # hours 00..01 published; a dry run of 02..03 built (shadows written, not published)
         first, dry = cli_together(
@@ -122,7 +141,4 @@ def test_a_full_disk_is_named_with_its_path_and_publishes_nothing_until_freed(
         # space freed: the retry publishes the dry run
         retry = cli(env, "publish", "--backfill", dry_id, "--reason", "space freed")
         assert retry.returncode == 0, retry.output[-4000:]
-    after = published_state(env, TABLES)
-    assert {h: after["raw.payloads"][h] for h in before["raw.payloads"]} == before["raw.payloads"]
-    rows = {h: n for h, (_, n) in after["raw.payloads"].items()}
-    assert set(rows) == {f"2026-11-20T0{h}" for h in range(4)} and all(rows.values())
+    return before
