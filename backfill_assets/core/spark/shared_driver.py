@@ -1,17 +1,19 @@
-"""One warm driver JVM for the runs of a command's release (local master only).
+"""One warm driver JVM for local runs, one after the other (local master only).
 
 A release is up to two runs, each a process of its own. Each launched a driver JVM and
 paid for it twice: the JVM's start, and every step's first calls in a JVM whose compiler
-had not warmed yet (a step costs about twice as much in a cold JVM). The command that runs
-its own daemon starts a host (``driver_host``) while its code server loads: it launches
-one driver JVM, as a run would, and writes a file (its gateway's port and secret, the
-JVM's pid; readable by its owner only) once the JVM listens. A run whose environment
+had not warmed yet (a step costs about twice as much in a cold JVM). A ``backfill`` or
+``resume`` that runs its own daemon starts a host (``driver_host``) while its code server
+loads, and ``driver_host --run COMMAND`` one for COMMAND's life (``make ui``'s ``dagster
+dev``): it launches one driver JVM, as a run would, and writes a file (its gateway's port
+and secret, the JVM's pid; readable by its owner only) once the JVM listens. Local runs
+are one at a time (the run queue), so they never share it at once. A run whose environment
 names that file (``settings.DRIVER_HOST_ENV``) attaches to the JVM (PySpark's
 ``PYSPARK_GATEWAY_PORT``) instead of launching its own: it starts its own Spark context
 there, and at its end stops it and shuts the embedded metastore's database down, so the
 JVM holds nothing between runs. A context a killed run left is stopped by the next run
 before it starts its own. The host exits at the end of its input (the command's end or
-death), and its JVM with it.
+death) or of its COMMAND, and its JVM with it.
 """
 
 from __future__ import annotations
