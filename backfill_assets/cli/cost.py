@@ -5,6 +5,7 @@ core-hours (``release.estimate``), and the refusal of a release above
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 
 from backfill_assets.cli.main import CommandError
 
@@ -44,12 +45,11 @@ def cost_approval(args: argparse.Namespace, guess) -> dict[str, str]:
     return {tags.APPROVE_COST: f"{guess.core_hours:.3g}"}
 
 
-def short_run(extra: dict[str, str]) -> bool:
+def short_run(extra: Mapping[str, str]) -> bool:
     """Whether a release of these tags reads so little that its JVMs start for a short
     life (``BACKFILL_SHORT_RUN_BYTES``; an unknown size is not short)."""
     from backfill_assets.core import tags
     from backfill_assets.core.spark.session import is_short_run
     from backfill_assets.settings import short_run_bytes
 
-    size = extra.get(tags.INPUT_BYTES, "")
-    return is_short_run(int(size) if size.isdigit() else None, short_run_bytes())
+    return is_short_run(tags.input_bytes(extra), short_run_bytes())

@@ -115,20 +115,27 @@ def run_pause(args: argparse.Namespace) -> int:
     return 0
 
 
+def _prepare(supervisor, latest) -> None:
+    """The daemon that serves the resumed release, and the driver JVM its runs share, as a
+    backfill's (short-lived if the release's estimate says so)."""
+    from backfill_assets.cli.cost import short_run
+
+    supervisor.prepare(driver=True)
+    supervisor.start_driver(short_run=short_run(latest.tags))
+
+
 def _resume_paused(args, settings, instance, latest) -> int:
     """Go on with a paused release: its backfill requested again, its held runs released;
     then follow it to its end (it publishes once, at its end)."""
     import getpass
 
     from backfill_assets.cli.backfill import _follow, supervisor_of
-    from backfill_assets.cli.cost import short_run
     from backfill_assets.release import launch, pause
 
     release = args.release
     with supervisor_of(settings, instance) as supervisor:
-        if not args.no_wait:  # the release's runs share one driver JVM, as a backfill's
-            supervisor.prepare(driver=True)
-            supervisor.start_driver(short_run=short_run(dict(latest.tags)))
+        if not args.no_wait:
+            _prepare(supervisor, latest)
         by = args.requested_by or getpass.getuser()
         pause.record(instance, latest.backfill_id, release, pause.RESUMED, by)
         try:
@@ -159,7 +166,6 @@ def _resume_paused(args, settings, instance, latest) -> int:
 
 def run_resume(args: argparse.Namespace) -> int:
     from backfill_assets.cli.backfill import _context, _follow, refuse_if_held, supervisor_of
-    from backfill_assets.cli.cost import short_run
     from backfill_assets.release import holds, launch, pause
 
     settings, instance = _context(args)
@@ -175,9 +181,8 @@ def run_resume(args: argparse.Namespace) -> int:
         )
     refuse_if_held(instance, holds.release_hours(instance, release), f"resume {release}")
     with supervisor_of(settings, instance) as supervisor:
-        if not args.no_wait:  # the release's runs share one driver JVM, as a backfill's
-            supervisor.prepare(driver=True)
-            supervisor.start_driver(short_run=short_run(dict(latest.tags)))
+        if not args.no_wait:
+            _prepare(supervisor, latest)
         try:
             resumed = launch.reexecute_backfill(
                 settings,

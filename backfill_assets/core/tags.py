@@ -124,6 +124,12 @@ def validate_release_id(value: str) -> str:
     return value
 
 
+def input_bytes(tags: Mapping[str, str]) -> int | None:
+    """The backup bytes a release reads, as ``backfill`` estimated them (None: unknown)."""
+    size = tags.get(INPUT_BYTES, "")
+    return int(size) if size.isdigit() else None
+
+
 def is_true(tags: Mapping[str, str], tag: str) -> bool:
     return (tags.get(tag) or "").strip().lower() in ("1", "true", "yes")
 

@@ -237,7 +237,7 @@ def _attach() -> shared_driver.Host | None:
     SparkContext._ensure_initialized()
     if shared_driver.stop_leftover_context(SparkContext._jvm):
         log.warning("stopped a Spark context a killed run left in the driver JVM %d", host.pid)
-    log.info("Spark: attached to the command's driver JVM (PID %d)", host.pid)
+    log.info("Spark: attached to the shared driver JVM (PID %d)", host.pid)
     return host
 
 

@@ -60,8 +60,7 @@ class SparkResource(LazyPySparkResource):
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         run_tags = context.dagster_run.tags if context.dagster_run else {}
-        size = run_tags.get(tags.INPUT_BYTES, "")
-        self._short_run = is_short_run(int(size) if size.isdigit() else None, self.short_run_bytes)
+        self._short_run = is_short_run(tags.input_bytes(run_tags), self.short_run_bytes)
 
     def _init_session(self) -> None:
         if self._spark_session is not None:
