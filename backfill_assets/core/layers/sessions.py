@@ -353,7 +353,9 @@ def sessions_of(
         start_hour.alias(SPAN_COLUMNS[0]),
         _epoch_hour(F.col("event_time")).alias(SPAN_COLUMNS[1]),
     )
-    others = whole.join(spans, ["client_id", "user_id", "_sid"]).select(
+    # One row per session that is not clean (one in eight of a generated day's), broadcast:
+    # the cached payloads are not shuffled again to meet them.
+    others = whole.join(F.broadcast(spans), ["client_id", "user_id", "_sid"]).select(
         *PAYLOAD_COLUMNS, *SPAN_COLUMNS
     )
     rebuilt = window_sessions(others, first, last, lookback, lookahead)
