@@ -18,8 +18,13 @@ the one release.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from backfill_assets.cli.main import CommandError
+
+if TYPE_CHECKING:
+    from backfill_assets.release.daemon import DaemonSupervisor
 
 BACKFILLS_SEARCHED = 500  # the newest backfills of the instance searched for the release's
 
@@ -115,13 +120,13 @@ def run_pause(args: argparse.Namespace) -> int:
     return 0
 
 
-def _prepare(supervisor, latest) -> None:
+def _prepare(supervisor: DaemonSupervisor, release_tags: Mapping[str, str]) -> None:
     """The daemon that serves the resumed release, and the driver JVM its runs share, as a
-    backfill's (short-lived if the release's estimate says so)."""
+    backfill's (short-lived if the release's estimate, in its tags, says so)."""
     from backfill_assets.cli.cost import short_run
 
     supervisor.prepare(driver=True)
-    supervisor.start_driver(short_run=short_run(latest.tags))
+    supervisor.start_driver(short_run=short_run(release_tags))
 
 
 def _resume_paused(args, settings, instance, latest) -> int:
@@ -135,7 +140,7 @@ def _resume_paused(args, settings, instance, latest) -> int:
     release = args.release
     with supervisor_of(settings, instance) as supervisor:
         if not args.no_wait:
-            _prepare(supervisor, latest)
+            _prepare(supervisor, latest.tags)
         by = args.requested_by or getpass.getuser()
         pause.record(instance, latest.backfill_id, release, pause.RESUMED, by)
         try:
@@ -182,7 +187,7 @@ def run_resume(args: argparse.Namespace) -> int:
     refuse_if_held(instance, holds.release_hours(instance, release), f"resume {release}")
     with supervisor_of(settings, instance) as supervisor:
         if not args.no_wait:
-            _prepare(supervisor, latest)
+            _prepare(supervisor, latest.tags)
         try:
             resumed = launch.reexecute_backfill(
                 settings,
