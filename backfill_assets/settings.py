@@ -388,7 +388,7 @@ DEFAULT_SHORT_RUN_BYTES = 16 * 1024 * 1024
 def short_run_bytes(env: Mapping[str, str] | None = None) -> int:
     """``BACKFILL_SHORT_RUN_BYTES`` (16 MiB; 0: never): a release that reads at most this
     many backup bytes (the estimate ``backfill`` tags it with) starts its runs' JVMs for a
-    short life (``core.spark.session.SHORT_RUN_JAVA_OPTIONS``)."""
+    short life (``core.spark.session.SHORT_RUN_JAVA_OPTIONS``, ``SHORT_RUN_CONF``)."""
     return env_int(_environ(env), SHORT_RUN_BYTES_ENV, DEFAULT_SHORT_RUN_BYTES, 0, " bytes")
 
 

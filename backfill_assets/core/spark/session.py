@@ -172,6 +172,12 @@ def s3a_conf(settings: Settings) -> dict[str, str]:
 # leave the cores to the work. Long runs keep the defaults: C2's code pays off there.
 SHORT_RUN_JAVA_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
 JAVA_OPTIONS_KEYS = ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions")
+# And one partition where the profile's would split a few MB into many tasks: every shuffle
+# and every read of a short run is one task (a few MB at most: adaptive execution merged
+# their shuffle partitions anyway), and each hour of a table one file. A one-hour repair of
+# tiny data: 41.8 s of CPU for its whole process tree instead of 43.2, its 4-hour first
+# release 44.0 instead of 46.1 (medians of 5 alternating rounds).
+SHORT_RUN_CONF = {"spark.sql.shuffle.partitions": "1", "spark.default.parallelism": "1"}
 
 
 def is_short_run(input_bytes: int | None, limit: int) -> bool:
@@ -183,8 +189,10 @@ def launch_conf(config: Mapping[str, str], *, short_run: bool = False) -> dict[s
     """The configuration a session starts with: ``config`` resolved from this process's
     environment (a missing variable raises naming it), the JVM options of the class
     archive (a faster JVM start, when there is one) and, for a short run,
-    ``SHORT_RUN_JAVA_OPTIONS``, on the driver and the executors."""
+    ``SHORT_RUN_JAVA_OPTIONS`` on the driver and the executors and ``SHORT_RUN_CONF``."""
     conf = resolve_conf(config)
+    if short_run:
+        conf.update(SHORT_RUN_CONF)
     extra = [*jvm_archive.java_options(), *(SHORT_RUN_JAVA_OPTIONS if short_run else ())]
     if extra:
         for key in JAVA_OPTIONS_KEYS:

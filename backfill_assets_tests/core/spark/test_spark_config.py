@@ -8,6 +8,7 @@ import dagster as dg
 import pytest
 
 from backfill_assets.core.spark.session import (
+    SHORT_RUN_CONF,
     SHORT_RUN_JAVA_OPTIONS,
     SparkConfigError,
     is_short_run,
@@ -206,3 +207,5 @@ def test_a_short_run_starts_its_jvms_for_a_short_life():
         assert options[-len(SHORT_RUN_JAVA_OPTIONS) :] == list(SHORT_RUN_JAVA_OPTIONS)
         assert not set(SHORT_RUN_JAVA_OPTIONS) & set(long.get(key, "").split())
     assert short["spark.driver.extraJavaOptions"].startswith("-XX:FreqInlineSize=100")
+    assert {k: short[k] for k in SHORT_RUN_CONF} == SHORT_RUN_CONF  # one task per shuffle
+    assert not SHORT_RUN_CONF.keys() & long.keys()
