@@ -16,6 +16,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 
 from pyspark.sql import SparkSession
 
@@ -177,7 +178,9 @@ JAVA_OPTIONS_KEYS = ("spark.driver.extraJavaOptions", "spark.executor.extraJavaO
 # their shuffle partitions anyway), and each hour of a table one file. A one-hour repair of
 # tiny data: 41.8 s of CPU for its whole process tree instead of 43.2, its 4-hour first
 # release 44.0 instead of 46.1 (medians of 5 alternating rounds).
-SHORT_RUN_CONF = {"spark.sql.shuffle.partitions": "1", "spark.default.parallelism": "1"}
+SHORT_RUN_CONF = MappingProxyType(
+    {"spark.sql.shuffle.partitions": "1", "spark.default.parallelism": "1"}
+)
 
 
 def is_short_run(input_bytes: int | None, limit: int) -> bool:
