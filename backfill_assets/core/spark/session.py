@@ -175,9 +175,8 @@ SHORT_RUN_JAVA_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
 JAVA_OPTIONS_KEYS = ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions")
 # And one partition where the profile's would split a few MB into many tasks: every shuffle
 # and every read of a short run is one task (a few MB at most: adaptive execution merged
-# their shuffle partitions anyway), and each hour of a table one file. A one-hour repair of
-# tiny data: 41.8 s of CPU for its whole process tree instead of 43.2, its 4-hour first
-# release 44.0 instead of 46.1 (medians of 5 alternating rounds).
+# their shuffle partitions anyway), and each hour of a table one file: less CPU per task
+# and file (docs/benchmarks.md, the fixed cost).
 SHORT_RUN_CONF = MappingProxyType(
     {"spark.sql.shuffle.partitions": "1", "spark.default.parallelism": "1"}
 )
