@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from backfill_assets import settings
+from backfill_assets.cli.main import main
 from backfill_assets.settings import PROJECT_ROOT, SettingsError
 
 BIN = Path(sys.executable).parent / "backfill-assets"
@@ -69,17 +70,50 @@ def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.parametrize(("name", "value", "expected"), BAD)
-def test_a_command_names_a_bad_value_in_one_line_and_exits_2(
-    name: str, value: str, expected: str, tmp_path: Path
-):
-    """Before anything starts (no DAGSTER_HOME created); ``--help`` still works."""
-    env = {name: value, "DAGSTER_HOME": str(tmp_path / "never-created")}
-    result = _cli("reconcile", "--source", "ledger", env=env)
-    lines = result.stderr.strip().splitlines()
-    assert result.returncode == 2 and len(lines) == 1, result.stderr
+def _assert_named_in_one_line(stderr: str, name: str, expected: str) -> None:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
     assert lines[0].startswith(f"backfill-assets reconcile: {name}")
     assert expected in lines[0]
+
+
+@pytest.mark.parametrize(("name", "value", "expected"), BAD)
+def test_a_command_names_a_bad_value_in_one_line_and_exits_2(
+    name: str,
+    value: str,
+    expected: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+):
+    """Before anything starts (no DAGSTER_HOME created); ``--help`` still works. Through
+    ``main``, the function the ``backfill-assets`` script runs; the installed script itself,
+    as a process of its own: test_the_installed_command_names_a_bad_value_and_still_helps."""
+    home = tmp_path / "never-created"
+    monkeypatch.setenv(name, value)
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    assert main(["reconcile", "--source", "ledger"]) == 2
+    _assert_named_in_one_line(capsys.readouterr().err, name, expected)
+    assert not home.exists()
+    for help_args in (["--help"], ["backfill", "--help"]):
+        with pytest.raises(SystemExit) as shown:
+            main(help_args)
+        assert shown.value.code == 0
+        assert capsys.readouterr().out.startswith("usage: backfill-assets")
+
+
+# One bad value of each shape (an hour, a number, a word, two variables at odds).
+IN_A_PROCESS = [BAD[0], BAD[2], BAD[4], BAD[10]]
+
+
+@pytest.mark.parametrize(("name", "value", "expected"), IN_A_PROCESS)
+def test_the_installed_command_names_a_bad_value_and_still_helps(
+    name: str, value: str, expected: str, tmp_path: Path
+):
+    env = {name: value, "DAGSTER_HOME": str(tmp_path / "never-created")}
+    result = _cli("reconcile", "--source", "ledger", env=env)
+    assert result.returncode == 2, result.stderr
+    _assert_named_in_one_line(result.stderr, name, expected)
     assert not (tmp_path / "never-created").exists()
     for help_args in (["--help"], ["backfill", "--help"]):
         shown = _cli(*help_args, env=env)
