@@ -102,8 +102,14 @@ def test_a_command_names_a_bad_value_in_one_line_and_exits_2(
         assert capsys.readouterr().out.startswith("usage: backfill-assets")
 
 
-# One bad value of each shape (an hour, a number, a word, two variables at odds).
-IN_A_PROCESS = [BAD[0], BAD[2], BAD[4], BAD[10]]
+# One bad value of each shape: an hour, two variables at odds, a number, a word.
+SHAPES = {
+    ("BACKFILL_PARTITIONS_START", "2026-11-20"),
+    ("BACKFILL_PARTITIONS_END", "2025-01-01T00"),
+    ("BACKFILL_MAX_RANGE_HOURS", "0"),
+    ("BACKFILL_RECONCILE_SENSOR", "maybe"),
+}
+IN_A_PROCESS = [bad for bad in BAD if bad[:2] in SHAPES]
 
 
 @pytest.mark.parametrize(("name", "value", "expected"), IN_A_PROCESS)
