@@ -15,6 +15,7 @@ import contextlib
 import glob
 import os
 import pwd
+import random
 import shutil
 import signal
 import socket
@@ -38,10 +39,43 @@ def libpq_url(url: str) -> str:
     return f"{scheme.split('+', 1)[0]}{sep}{rest}"
 
 
-def free_port() -> int:
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
+def _ports_outside_the_ephemeral_range() -> list[int]:
+    """Ports no ``bind(0)`` or outgoing connection can be given (the kernel hands those out
+    of its ephemeral range): a JVM's py4j gateway or a client's socket cannot take one
+    between its choice and the server's bind."""
+    low, high = _ephemeral_range()
+    ports = range(max(1024, low - 12000), low) or range(high + 1, 65536)
+    start = random.randrange(len(ports))  # processes choosing at once start apart
+    return [*ports[start:], *ports[:start]]
+
+
+def _claim(port: int) -> socket.socket | None:
+    """A Unix socket bound to a name of ``port`` in Linux's abstract namespace: one per
+    machine, gone with its process (no file to clean); None when another holds it."""
+    claim = socket.socket(socket.AF_UNIX)
+    try:
+        claim.bind(f"\0backfill-assets-port-{port}")
+    except OSError:
+        claim.close()
+        return None
+    return claim
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
+        try:
+            s.bind((HOST, port))
+        except OSError:
+            return False
+        return True
 
 
 def port_open(port: int, host: str = HOST) -> bool:
@@ -74,6 +108,21 @@ class Processes:
     """Every process the stack started, for ``stop_all`` (also after a failure)."""
 
     servers: list[Server] = field(default_factory=list)
+    port_claims: list[socket.socket] = field(default_factory=list)  # see free_port
+
+    def free_port(self) -> int:
+        """A port on 127.0.0.1 for a server of ours, held until ``stop_all``: outside the
+        kernel's ephemeral range, bindable now, and claimed machine-wide (``_claim``) so
+        another process of the suite does not choose it too."""
+        for port in _ports_outside_the_ephemeral_range():
+            claim = _claim(port)
+            if claim is None:
+                continue
+            if _bindable(port):
+                self.port_claims.append(claim)
+                return port
+            claim.close()
+        raise StackError(f"no free port on {HOST} outside the ephemeral range")
 
     def start(
         self,
@@ -149,6 +198,8 @@ class Processes:
     def stop_all(self) -> None:
         while self.servers:
             self.stop(self.servers.pop())
+        while self.port_claims:
+            self.port_claims.pop().close()
 
 
 def _terminate(signum: int, frame: object) -> None:
@@ -225,7 +276,7 @@ def start_postgres(processes: Processes, logs: Path, databases: Sequence[str]) -
     )
     if init.returncode != 0:
         raise StackError(f"initdb failed:\n{init.stdout}\n{init.stderr}")
-    port = free_port()
+    port = processes.free_port()
     server = processes.start(
         "postgres",
         [
@@ -364,7 +415,7 @@ def start_metastore(
     for a warehouse on S3: the service creates the databases' folders there."""
     import sys
 
-    port = free_port()
+    port = processes.free_port()
     options = []
     if s3a.get("spark.driver.extraClassPath"):
         options += ["--classpath", s3a["spark.driver.extraClassPath"]]
@@ -412,7 +463,7 @@ def start_spark_cluster(
     """
     spark_class = str(spark_home() / "bin" / "spark-class")
     env = {**env, "SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": HOST}
-    master_port, master_ui = free_port(), free_port()
+    master_port, master_ui = processes.free_port(), processes.free_port()
     master = processes.start(
         "spark-master",
         [
@@ -459,7 +510,7 @@ def _start_spark_worker(
     name = "spark-worker" if number == 1 else f"spark-worker-{number}"
     work = logs / ("spark-work" if number == 1 else f"spark-work-{number}")
     work.mkdir(exist_ok=True)
-    port, ui = free_port(), free_port()
+    port, ui = processes.free_port(), processes.free_port()
     return processes.start(
         name,
         [
@@ -489,7 +540,7 @@ def start_s3(processes: Processes, logs: Path, env: Mapping[str, str]) -> str:
     """An S3 API (moto) on 127.0.0.1; returns its endpoint URL."""
     import sys
 
-    port = free_port()
+    port = processes.free_port()
     server = processes.start(
         "s3",
         [str(Path(sys.executable).parent / "moto_server"), "-H", HOST, "-p", str(port)],

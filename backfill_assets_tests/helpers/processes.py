@@ -33,7 +33,7 @@ from backfill_assets.release import launch
 from backfill_assets.release.instance import prepare_dagster_home
 from backfill_assets.settings import DRIVER_HOST_ENV, PROJECT_ROOT, Settings
 from backfill_assets_dev.generator import generate_backups
-from backfill_assets_dev.stack.servers import Processes, Server, free_port, libpq_url
+from backfill_assets_dev.stack.servers import Processes, Server, libpq_url
 
 BIN_DIR = Path(sys.executable).parent  # this environment's console scripts
 BIN = BIN_DIR / "backfill-assets"
@@ -402,7 +402,7 @@ def start_webserver(
 ) -> tuple[Server, str]:
     """A ``dagster-webserver`` of ``workspace`` on 127.0.0.1 and a free port, with ``env``
     (``processes``: stopped by PID); returns it and its URL once it serves."""
-    port = free_port()
+    port = processes.free_port()
     command = [bin_of("dagster-webserver"), "-h", "127.0.0.1", "-p", str(port), "-w"]
     web = processes.start(
         "dagster-webserver", [*command, str(workspace)], log=log, env=env, cwd=PROJECT_ROOT
