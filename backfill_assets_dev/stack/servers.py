@@ -47,14 +47,15 @@ def _ephemeral_range() -> tuple[int, int]:
         return 32768, 60999  # Linux's default
 
 
-def _ports_outside_the_ephemeral_range() -> list[int]:
+def _ports_outside_the_ephemeral_range() -> Iterator[int]:
     """Ports no ``bind(0)`` or outgoing connection can be given (the kernel hands those out
     of its ephemeral range): a JVM's py4j gateway or a client's socket cannot take one
-    between its choice and the server's bind."""
+    between its choice and the server's bind. From a random one on (processes choosing at
+    once start apart), each once."""
     low, high = _ephemeral_range()
     ports = range(max(1024, low - 12000), low) or range(high + 1, 65536)
-    start = random.randrange(len(ports))  # processes choosing at once start apart
-    return [*ports[start:], *ports[:start]]
+    start = random.randrange(len(ports))
+    return (ports[(start + i) % len(ports)] for i in range(len(ports)))
 
 
 def _claim(port: int) -> socket.socket | None:

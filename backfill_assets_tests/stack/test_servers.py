@@ -32,4 +32,6 @@ def test_a_servers_port_is_outside_the_ephemeral_range_and_held_until_stopped():
         assert servers._claim(ports[0]) is None
     finally:
         processes.stop_all()
-    assert servers._claim(ports[0]) is not None
+    claim = servers._claim(ports[0])  # released by stop_all
+    assert claim is not None
+    claim.close()
