@@ -55,13 +55,13 @@ def queue_single_run(settings: Settings, first: str, last: str) -> str:
 
 
 def test_a_queued_run_holds_until_cancelled_and_a_ui_release_is_refused_at_its_first_step(
-    tmp_path: Path,
+    tmp_path: Path, driver_jvm: dict[str, str]
 ):
     backups = tmp_path / "backups"
     generate_backups(
         backups, start="2026-11-20T00", hours=4, clients=2, users_per_client=10, seed=3, workers=1
     )
-    env = cli_env(tmp_path, backups)
+    env = {**cli_env(tmp_path, backups), **driver_jvm}  # the runs in the worker's warm JVM
     settings = Settings.from_env(env)
     prepare_dagster_home(settings)
 

@@ -26,7 +26,7 @@ from backfill_assets.release.keys import table_key
 from backfill_assets.settings import DRIVER_HOST_ENV, Settings
 from backfill_assets.settings import PARTITIONS_END_ENV as ENV_END
 from backfill_assets_dev.generator import generate_backups, land_held_back
-from backfill_assets_tests.helpers.processes import cli, one_driver_jvm
+from backfill_assets_tests.helpers.processes import cli
 from backfill_assets_tests.helpers.releases import backfill_id_of, latest, provisional
 
 pytestmark = pytest.mark.slow
@@ -36,7 +36,7 @@ LATE = hours_between("2026-11-20T04", "2026-11-20T08")  # the backup tool's outa
 
 
 def test_the_newest_hours_publish_and_the_sensor_makes_their_provisional_sessions_final(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, driver_jvm: dict[str, str]
 ):
     backups, home = tmp_path / "backups", tmp_path / "home"
     generate_backups(
@@ -92,14 +92,12 @@ def test_the_newest_hours_publish_and_the_sensor_makes_their_provisional_session
         result = defs.resolve_sensor_def(SENSOR_NAME)(context)
         (repair,) = [b for b in instance.get_backfills() if b.backfill_id not in before]
         assert repair.backfill_id in result.skip_reason.skip_message
-        # the daemon serving the instance, as `make ui`'s: its runs share a driver JVM
-        with one_driver_jvm(env, tmp_path) as served:
-            monkeypatch.setenv(DRIVER_HOST_ENV, served[DRIVER_HOST_ENV])
-            log = tmp_path / "daemon.log"
-            with daemon.DaemonSupervisor(settings, instance, log) as supervisor:
-                outcome = launch.follow(
-                    instance, backfill_id=repair.backfill_id, supervisor=supervisor
-                )
+        # the daemon serving the instance, as `make ui`'s: its runs share a driver JVM (the
+        # worker's warm one)
+        monkeypatch.setenv(DRIVER_HOST_ENV, driver_jvm[DRIVER_HOST_ENV])
+        log = tmp_path / "daemon.log"
+        with daemon.DaemonSupervisor(settings, instance, log) as supervisor:
+            outcome = launch.follow(instance, backfill_id=repair.backfill_id, supervisor=supervisor)
         # the sensor left the newest 2 hours (07, 08) to the live pipeline (grace period)
         requested = hours_between("2026-11-20T04", "2026-11-20T06")
         published = latest(instance, table_key("raw.payloads"), LATE)

@@ -25,13 +25,14 @@ FIRST, NEWEST = "2026-11-20T00", "2026-11-20T03"
 
 
 def test_a_dry_run_of_the_newest_hours_and_its_publish_mark_the_sessions_past_the_data(
-    tmp_path: Path,
+    tmp_path: Path, driver_jvm: dict[str, str]
 ):
     backups, home = tmp_path / "backups", tmp_path / "home"
     generate_backups(
         backups, start=FIRST, hours=4, clients=2, users_per_client=10, seed=5, workers=1
     )
-    env = cli_env(tmp_path, backups)  # partitions up to now, downstream included
+    # partitions up to now, downstream included; the runs in the worker's warm JVM
+    env = {**cli_env(tmp_path, backups), **driver_jvm}
     hours = hours_between(FIRST, NEWEST)
     dry = cli(env, "backfill", "--from", FIRST, "--to", NEWEST, "--dry-run", "--reason", "INC-9")
     assert dry.returncode == 0, dry.output[-4000:]

@@ -82,10 +82,10 @@ def wait_for_daemon_iterations(instance: dg.DagsterInstance, since: float, count
 
 
 def test_a_paused_release_starts_no_run_holds_its_hours_and_publishes_once_when_resumed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, driver_jvm: dict[str, str]
 ):
     env, settings = operator_tree(tmp_path, monkeypatch)
-    env.update(CHUNKS_OF_TWO_HOURS)
+    env.update({**CHUNKS_OF_TWO_HOURS, **driver_jvm})  # the runs in the worker's warm JVM
     fifo = tmp_path / "pause.fifo"
     go = tmp_path / "pause.fifo.go"  # the held run goes on when the test writes into it
     os.mkfifo(go)

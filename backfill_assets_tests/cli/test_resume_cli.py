@@ -98,9 +98,11 @@ class KilledTree:
     settings: Settings
 
 
-def killed_in_its_second_chunk(tmp_path: Path, monkeypatch, reason: str) -> Killed:
+def killed_in_its_second_chunk(
+    tmp_path: Path, monkeypatch, reason: str, driver_jvm: dict[str, str]
+) -> Killed:
     env, settings = operator_tree(tmp_path, monkeypatch, hours=len(TREE), users_per_client=30)
-    env.update(CHUNKED)
+    env.update({**CHUNKED, **driver_jvm})  # the runs in the worker's warm JVM
     fifo = tmp_path / "pause.fifo"
     command = ["backfill", "--from", FIRST, "--to", LAST, "--reason", reason]
     with cli_at_fault(command, env, fifo, f"{faults.RAW_BUILD}.{CHUNKS[1][0]}") as first:
@@ -129,11 +131,13 @@ def killed_in_its_second_chunk(tmp_path: Path, monkeypatch, reason: str) -> Kill
 
 
 @pytest.fixture(scope="module")
-def killed_tree(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KilledTree]:
+def killed_tree(
+    tmp_path_factory: pytest.TempPathFactory, driver_jvm: dict[str, str]
+) -> Iterator[KilledTree]:
     base = tmp_path_factory.mktemp("resume")
     tree, as_killed = base / "tree", base / "as_killed"
     with pytest.MonkeyPatch.context() as monkeypatch:
-        killed = killed_in_its_second_chunk(tree, monkeypatch, REASON)
+        killed = killed_in_its_second_chunk(tree, monkeypatch, REASON, driver_jvm)
         killed.instance.dispose()  # its SQLite files are copied closed
         shutil.copytree(tree, as_killed, symlinks=True, ignore=NOT_DATA)
         yield KilledTree(tree, as_killed, killed.env, killed.settings)

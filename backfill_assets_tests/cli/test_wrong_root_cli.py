@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from backfill_assets_dev.generator import generate_backups
-from backfill_assets_tests.helpers.processes import cli, one_driver_jvm
+from backfill_assets_tests.helpers.processes import cli
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +29,7 @@ def backfill(env: dict[str, str], root: Path, *args: str) -> subprocess.Complete
 
 
 def test_a_backfill_from_a_tree_with_a_client_fewer_is_held_back_naming_the_client(
-    tmp_path: Path,
+    tmp_path: Path, driver_jvm: dict[str, str]
 ):
     right, wrong = tmp_path / "right", tmp_path / "wrong"
     options = {"start": HOURS[0], "hours": 2, "users_per_client": 25, "workers": 1}
@@ -42,8 +42,8 @@ def test_a_backfill_from_a_tree_with_a_client_fewer_is_held_back_naming_the_clie
         "BACKFILL_RECONCILE_SENSOR": "off",
         "DAGSTER_DISABLE_TELEMETRY": "1",
     }
-    with one_driver_jvm(shell, tmp_path) as env:  # the commands' runs and reads share it
-        _held_back_and_refused(env, tmp_path, right, wrong)
+    # the commands' runs and reads in the worker's warm JVM
+    _held_back_and_refused({**shell, **driver_jvm}, tmp_path, right, wrong)
 
 
 def _held_back_and_refused(env: dict[str, str], tmp_path: Path, right: Path, wrong: Path):

@@ -28,7 +28,6 @@ from backfill_assets_tests.helpers.processes import (
     cli,
     cli_env,
     cli_together,
-    one_driver_jvm,
     shared_daemon,
 )
 from backfill_assets_tests.helpers.releases import published_state
@@ -91,7 +90,7 @@ def assert_names_full_disk(done, where: Path) -> None:
 
 
 def test_a_full_disk_is_named_with_its_path_and_publishes_nothing_until_freed(
-    tmp_path: Path, small_warehouse: Path
+    tmp_path: Path, small_warehouse: Path, driver_jvm: dict[str, str]
 ):
     backups = tmp_path / "backups"
     generate_backups(
@@ -100,10 +99,10 @@ def test_a_full_disk_is_named_with_its_path_and_publishes_nothing_until_freed(
     shell = cli_env(
         tmp_path, backups, **{LEDGER_URL_ENV: f"sqlite:///{small_warehouse}/ledger.sqlite"}
     )
-    # one driver JVM for the daemon's runs and the test's reads between the commands
-    with one_driver_jvm(shell, tmp_path) as env:
-        before = _fails_on_a_full_disk_then_publishes(env, tmp_path, small_warehouse)
-        after = published_state(env, TABLES)
+    # one driver JVM (the worker's warm one) for the daemon's runs and the test's reads
+    env = {**shell, **driver_jvm}
+    before = _fails_on_a_full_disk_then_publishes(env, tmp_path, small_warehouse)
+    after = published_state(env, TABLES)
     assert {h: after["raw.payloads"][h] for h in before["raw.payloads"]} == before["raw.payloads"]
     rows = {h: n for h, (_, n) in after["raw.payloads"].items()}
     assert set(rows) == {f"2026-11-20T0{h}" for h in range(4)} and all(rows.values())

@@ -239,8 +239,11 @@ def _attach() -> shared_driver.Host | None:
     a killed run left in it is stopped first. None: a JVM of its own is launched."""
     from pyspark import SparkContext
 
-    host = shared_driver.hosted()
-    if host is None or SparkContext._gateway is not None:
+    if SparkContext._gateway is not None or shared_driver.hosted() is None:
+        return None
+    host = shared_driver.claim()
+    if host is None:
+        log.warning("the shared driver JVM serves another process now: launching one")
         return None
     for key, value in host.gateway_env().items():  # read by PySpark's gateway launch
         os.environ[key] = value
@@ -284,6 +287,7 @@ def stop_driver(timeout: float = DRIVER_EXIT_SECONDS) -> None:
     if jvm is None:
         if gateway is not None and database:  # a host's JVM (no process of this one's)
             shared_driver.shut_down_database(SparkContext._jvm, database)
+        shared_driver.release()  # the next process may attach
         return
     gateway.shutdown()  # its connections closed: no call reaches the JVM as it goes
     if jvm.poll() is None:

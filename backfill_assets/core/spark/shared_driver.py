@@ -12,13 +12,17 @@ names that file (``settings.DRIVER_HOST_ENV``) attaches to the JVM (PySpark's
 ``PYSPARK_GATEWAY_PORT``) instead of launching its own: it starts its own Spark context
 there, and at its end stops it and shuts the embedded metastore's database down, so the
 JVM holds nothing between runs. A context a killed run left is stopped by the next run
-before it starts its own. The host exits at the end of its input (the command's end or
+before it starts its own. One process at a time: a process attaches only while it holds
+the host file's lock (``claim``; the kernel releases it with the process), so a second
+Spark user at once (a ``sql`` command beside a run) launches a JVM of its own instead of
+stopping the first one's context. The host exits at the end of its input (the command's end or
 death) or of its COMMAND, and its JVM with it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 from dataclasses import dataclass
@@ -61,6 +65,39 @@ def hosted(env: dict[str, str] | None = None) -> Host | None:
     except (OSError, ValueError, TypeError):
         return None
     return host
+
+
+# This process's hold on a host (its JVM's pid -> the host file's descriptor, locked): one
+# per process, as PySpark's gateway is (``SparkContext._gateway``).
+_claims: dict[int, int] = {}
+
+
+def claim(env: dict[str, str] | None = None) -> Host | None:
+    """``hosted``'s host, for this process alone until ``release`` (or its end): None if
+    there is none, or another process uses its JVM now (the caller launches its own)."""
+    host = hosted(env)
+    path = driver_host_file(env)
+    if host is None or path is None:
+        return None
+    if host.pid in _claims:
+        return host
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # held: another process's session runs in the JVM
+        os.close(fd)
+        return None
+    _claims[host.pid] = fd
+    return host
+
+
+def release() -> None:
+    """Let the next process attach to the host's JVM (its context stopped first)."""
+    while _claims:
+        os.close(_claims.popitem()[1])
 
 
 def stop_leftover_context(jvm) -> bool:

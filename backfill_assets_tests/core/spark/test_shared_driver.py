@@ -1,7 +1,7 @@
 """Runs attach to the one driver JVM a host holds (``driver_host``; real processes, a real
 JVM, a real embedded metastore): each starts and stops its own Spark context there, the
 metastore is free for any other process between them, and a context a killed run left
-is stopped by the next one, which goes on in the same JVM."""
+is stopped by the next one, which goes on in the same JVM; one process at a time attaches."""
 
 from __future__ import annotations
 
@@ -71,6 +71,11 @@ def test_runs_share_the_hosts_jvm_and_leave_the_metastore_free(tmp_path: Path):
 
         killed = _run(env, 2, hold=True)
         assert killed.stdout.readline() == f"{jvm.pid} [1, 2]\n"  # in the host's JVM
+        # a second Spark user at once (another data root) launches a JVM of its own
+        beside = _run({**env, "DATA_ROOT": str(tmp_path / "beside")}, 7)
+        out = beside.communicate(timeout=300)[0]
+        assert beside.returncode == 0 and out.split()[0] != str(jvm.pid), out
+        assert out.endswith(" [7]\n"), out
         killed.kill()  # its context stays active in the JVM, the metastore open
         killed.wait()
 
