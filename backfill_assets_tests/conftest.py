@@ -17,8 +17,9 @@ import dagster as dg
 import pytest
 
 from backfill_assets.definitions import build_definitions
-from backfill_assets.settings import Settings
+from backfill_assets.settings import DRIVER_HOST_ENV, Settings
 from backfill_assets_dev.generator import generate_backups
+from backfill_assets_tests.helpers.processes import one_driver_jvm
 from backfill_assets_tests.helpers.releases import ReleaseResult, empty_warehouse, execute_release
 
 # The suite's JVMs compile with C1 only (HotSpot's quick JIT tier), with C2's code cache size,
@@ -114,9 +115,6 @@ def driver_jvm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, s
     (``shared_driver.claim``): another at once launches its own, as a process without it
     does. Started at its first use, stopped with the session."""
     import os
-
-    from backfill_assets.settings import DRIVER_HOST_ENV
-    from backfill_assets_tests.helpers.processes import one_driver_jvm
 
     where = tmp_path_factory.mktemp("driver-jvm")
     env = {key: value for key, value in os.environ.items() if key != DRIVER_HOST_ENV}

@@ -239,11 +239,11 @@ def _attach() -> shared_driver.Host | None:
     a killed run left in it is stopped first. None: a JVM of its own is launched."""
     from pyspark import SparkContext
 
-    if SparkContext._gateway is not None or shared_driver.hosted() is None:
+    host = shared_driver.hosted()
+    if host is None or SparkContext._gateway is not None:
         return None
-    host = shared_driver.claim()
-    if host is None:
-        log.warning("the shared driver JVM serves another process now: launching one")
+    if not shared_driver.claim():
+        log.warning("the shared driver JVM %d serves another process now: launching one", host.pid)
         return None
     for key, value in host.gateway_env().items():  # read by PySpark's gateway launch
         os.environ[key] = value

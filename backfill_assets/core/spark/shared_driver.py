@@ -15,8 +15,8 @@ JVM holds nothing between runs. A context a killed run left is stopped by the ne
 before it starts its own. One process at a time: a process attaches only while it holds
 the host file's lock (``claim``; the kernel releases it with the process), so a second
 Spark user at once (a ``sql`` command beside a run) launches a JVM of its own instead of
-stopping the first one's context. The host exits at the end of its input (the command's end or
-death) or of its COMMAND, and its JVM with it.
+stopping the first one's context. The host exits at the end of its input (the command's
+end or death) or of its COMMAND, and its JVM with it.
 """
 
 from __future__ import annotations
@@ -67,37 +67,32 @@ def hosted(env: dict[str, str] | None = None) -> Host | None:
     return host
 
 
-# This process's hold on a host (its JVM's pid -> the host file's descriptor, locked): one
-# per process, as PySpark's gateway is (``SparkContext._gateway``).
-_claims: dict[int, int] = {}
+# The host file's descriptors this process holds locked (``claim``): at most one, as
+# PySpark's gateway is one per process (``SparkContext._gateway``).
+_claims: list[int] = []
 
 
-def claim(env: dict[str, str] | None = None) -> Host | None:
-    """``hosted``'s host, for this process alone until ``release`` (or its end): None if
-    there is none, or another process uses its JVM now (the caller launches its own)."""
-    host = hosted(env)
-    path = driver_host_file(env)
-    if host is None or path is None:
-        return None
-    if host.pid in _claims:
-        return host
+def claim(env: dict[str, str] | None = None) -> bool:
+    """The host file ``env`` names, locked for this process alone until ``release`` (or
+    its end); False if another process holds it (its session runs in the JVM) or it is
+    gone."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(driver_host_file(env) or "", os.O_RDONLY)
     except OSError:
-        return None
+        return False
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:  # held: another process's session runs in the JVM
+    except OSError:
         os.close(fd)
-        return None
-    _claims[host.pid] = fd
-    return host
+        return False
+    _claims.append(fd)
+    return True
 
 
 def release() -> None:
     """Let the next process attach to the host's JVM (its context stopped first)."""
     while _claims:
-        os.close(_claims.popitem()[1])
+        os.close(_claims.pop())
 
 
 def stop_leftover_context(jvm) -> bool:
