@@ -99,7 +99,7 @@ def stop_process_groups(processes: list[subprocess.Popen], timeout: float = 30.0
         process.wait()
 
 
-def _ready(path: Path) -> bool:
+def listens(path: Path) -> bool:
     """A code server listens on the Unix socket ``path`` (it binds once it has loaded the
     definitions)."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
@@ -245,7 +245,7 @@ class DaemonSupervisor:
             return WORKSPACE
         sock = self._scratch / "code.sock"
         deadline = time.monotonic() + CODE_SERVER_START_SECONDS
-        while not _ready(sock):
+        while not listens(sock):
             if self.code_server.poll() is not None:
                 raise LaunchError(
                     f"the code server exited with {self.code_server.returncode} while loading "

@@ -15,11 +15,13 @@ its group (``kill_group``): a command's daemon, code server, runs and JVMs with 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import select
 import signal
 import subprocess
 import sys
+import tempfile
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -30,6 +32,7 @@ import dagster as dg
 
 from backfill_assets.core.spark import driver_host
 from backfill_assets.release import launch
+from backfill_assets.release.daemon import CODE_MODULE, listens
 from backfill_assets.release.instance import prepare_dagster_home
 from backfill_assets.settings import DRIVER_HOST_ENV, PROJECT_ROOT, Settings
 from backfill_assets_dev.generator import generate_backups
@@ -375,13 +378,32 @@ def kill_inheriting(setting: str) -> None:
 
 
 def start_daemon(processes: Processes, env: Mapping[str, str], log: Path) -> Server:
-    """A ``dagster-daemon`` of the project's workspace (``launch.WORKSPACE``) with ``env``,
-    in a process group of its own (``processes``: stopped by PID), its output in ``log``;
-    as ``make ui`` runs Dagster's, with a driver JVM its runs share (``driver_host --run``:
-    a local master only)."""
+    """A ``dagster-daemon`` with ``env`` in a process group of its own (``processes``:
+    stopped by PID), its output in ``log``, as ``make ui``'s ``dagster dev`` runs Dagster's:
+    over one code server of the project's definitions (started first, on a Unix socket),
+    which launches the runs, with a driver JVM they share (``driver_host --run``: a local
+    master only). (A daemon given the project's workspace file starts a code server of its
+    own and a new one every minute: the definitions loaded again, about 2.5 s of CPU.)"""
+    scratch = Path(tempfile.mkdtemp(prefix="daemon-"))  # short: a socket path's limit
+    sock = scratch / "code.sock"
+    workspace = scratch / "workspace.yaml"
+    location = {"socket": str(sock), "location_name": launch.LOCATION}
+    workspace.write_text(json.dumps({"load_from": [{"grpc_server": location}]}))
+    code = [bin_of("dagster"), "api", "grpc", "--module-name", CODE_MODULE, "--socket", str(sock)]
+    server = processes.start(
+        "code server",
+        driver_host.around([*code, "--location-name", launch.LOCATION]),
+        log=log,
+        env=env,
+        cwd=PROJECT_ROOT,
+    )
+    server.cleanup = scratch
+    processes.wait_until(
+        server, lambda: listens(sock), what="the code server's socket", timeout=180
+    )
     return processes.start(
         "dagster-daemon",
-        driver_host.around([bin_of("dagster-daemon"), "run", "-w", str(launch.WORKSPACE)]),
+        [bin_of("dagster-daemon"), "run", "-w", str(workspace)],
         log=log,
         env=env,
         cwd=PROJECT_ROOT,
