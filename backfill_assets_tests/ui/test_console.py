@@ -33,6 +33,9 @@ from backfill_assets.settings import PROJECT_ROOT, Settings
 from backfill_assets_dev.stack.servers import Processes
 from backfill_assets_tests.helpers.processes import start_daemon, start_webserver
 
+# the instance fixture with a home: the webserver opens it
+pytestmark = pytest.mark.dagster_home
+
 FIRST, LAST, BAD = "2026-11-20T00", "2026-11-20T05", "2026-11-20T03"
 # An operator's reason that spells HTML, a heading, a table row and a link: shown as text
 HOSTILE_REASON = (

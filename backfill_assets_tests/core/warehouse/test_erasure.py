@@ -26,6 +26,9 @@ from backfill_assets.release import state
 from backfill_assets_tests.helpers.backups import write_backup_folder, zst
 from backfill_assets_tests.helpers.releases import end_backfill, execute_release
 
+# the instance fixture with a home: the erase command opens it
+pytestmark = pytest.mark.dagster_home
+
 FIRST, LAST = "2026-11-20T00", "2026-11-20T02"
 CUT = "2026-11-20T01"
 
