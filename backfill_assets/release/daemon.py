@@ -110,6 +110,22 @@ def listens(path: Path) -> bool:
     return True
 
 
+def code_server_workspace(folder: Path) -> Path:
+    """Write ``folder/workspace.yaml``: the code location served on the Unix socket
+    ``folder/code.sock`` (a daemon and GraphQL calls given it load no code); returns the
+    socket's path."""
+    sock = folder / "code.sock"
+    location = {"socket": str(sock), "location_name": LOCATION}
+    (folder / "workspace.yaml").write_text(json.dumps({"load_from": [{"grpc_server": location}]}))
+    return sock
+
+
+def code_server_command(sock: Path) -> list[str]:
+    """``dagster api grpc`` serving the project's definitions on the Unix socket ``sock``."""
+    return [bin_path("dagster"), "api", "grpc", "--module-name", CODE_MODULE,
+            "--socket", str(sock), "--location-name", LOCATION]  # fmt: skip
+
+
 class DaemonSupervisor:
     """Make sure a Dagster daemon serves the instance while a command waits on it.
 
@@ -199,17 +215,9 @@ class DaemonSupervisor:
             # where runs look for it (a host that serves this command already, as
             # ``driver_host --run``'s, is in the runs' environment as it is in this one)
             self._run_env[DRIVER_HOST_ENV] = str(self._scratch / "driver.json")
-        sock = self._scratch / "code.sock"
-        (self._scratch / "workspace.yaml").write_text(
-            json.dumps(
-                {"load_from": [{"grpc_server": {"socket": str(sock), "location_name": LOCATION}}]}
-            )
-        )
+        sock = code_server_workspace(self._scratch)
         log.info("starting the code server for this command (log: %s)", self.log_file)
-        self.code_server = self._spawn(
-            [bin_path("dagster"), "api", "grpc", "--module-name", CODE_MODULE,
-             "--socket", str(sock), "--location-name", LOCATION]
-        )  # fmt: skip
+        self.code_server = self._spawn(code_server_command(sock))
         self._prestart_daemon()
         self._graphql = Prestarted(
             "dagster-graphql",

@@ -15,7 +15,6 @@ its group (``kill_group``): a command's daemon, code server, runs and JVMs with 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import select
 import signal
@@ -31,8 +30,7 @@ from pathlib import Path
 import dagster as dg
 
 from backfill_assets.core.spark import driver_host
-from backfill_assets.release import launch
-from backfill_assets.release.daemon import CODE_MODULE, listens
+from backfill_assets.release import daemon, launch
 from backfill_assets.release.instance import prepare_dagster_home
 from backfill_assets.settings import DRIVER_HOST_ENV, PROJECT_ROOT, Settings
 from backfill_assets_dev.generator import generate_backups
@@ -385,25 +383,21 @@ def start_daemon(processes: Processes, env: Mapping[str, str], log: Path) -> Ser
     master only). (A daemon given the project's workspace file starts a code server of its
     own and a new one every minute: the definitions loaded again, about 2.5 s of CPU.)"""
     scratch = Path(tempfile.mkdtemp(prefix="daemon-"))  # short: a socket path's limit
-    sock = scratch / "code.sock"
-    workspace = scratch / "workspace.yaml"
-    location = {"socket": str(sock), "location_name": launch.LOCATION}
-    workspace.write_text(json.dumps({"load_from": [{"grpc_server": location}]}))
-    code = [bin_of("dagster"), "api", "grpc", "--module-name", CODE_MODULE, "--socket", str(sock)]
+    sock = daemon.code_server_workspace(scratch)
     server = processes.start(
         "code server",
-        driver_host.around([*code, "--location-name", launch.LOCATION]),
+        driver_host.around(daemon.code_server_command(sock)),
         log=log,
         env=env,
         cwd=PROJECT_ROOT,
     )
     server.cleanup = scratch
     processes.wait_until(
-        server, lambda: listens(sock), what="the code server's socket", timeout=180
+        server, lambda: daemon.listens(sock), what="the code server's socket", timeout=180
     )
     return processes.start(
         "dagster-daemon",
-        [bin_of("dagster-daemon"), "run", "-w", str(workspace)],
+        [bin_of("dagster-daemon"), "run", "-w", str(scratch / "workspace.yaml")],
         log=log,
         env=env,
         cwd=PROJECT_ROOT,
